@@ -1,0 +1,79 @@
+"""The exceptions of `segments/`: one root, and subclasses that carry where and what.
+
+Every error that comes from data (a file, a buffer) names the file (when known), the byte position and
+what was expected versus found. The pure codec raises with `path=None` and positions relative to the
+buffer it was given; the file layer calls `located()` to add the path and the file position.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class SegmentError(Exception):
+    """Root of every error raised by `segments/`."""
+
+
+class CorruptRecordError(SegmentError):
+    """Bytes that do not form a valid batch/message: bad CRC, impossible length, bad varint, etc."""
+
+    def __init__(self, reason: str, *, position: int, path: str | os.PathLike | None = None) -> None:
+        self.reason = reason
+        self.position = position
+        self.path = None if path is None else os.fspath(path)
+        where = f"{self.path}: " if self.path is not None else ""
+        super().__init__(f"{where}byte {position}: {reason}")
+
+    def located(self, path: str | os.PathLike, base_position: int = 0) -> "CorruptRecordError":
+        """The same error, placed in `path` at `base_position + position`."""
+        return type(self)(self.reason, position=base_position + self.position, path=path)
+
+
+class TruncatedBatchError(CorruptRecordError):
+    """The data ends inside a batch. At the end of a file this is a torn tail, not corruption."""
+
+
+class UnsupportedFormatError(CorruptRecordError):
+    """A valid-looking batch this version cannot handle (unknown magic, compression codec 5..7)."""
+
+
+class CorruptIndexError(SegmentError):
+    """An index file violates its invariants (entries out of order, pointing past the log, untrimmed)."""
+
+    def __init__(self, reason: str, *, path: str | os.PathLike, position: int) -> None:
+        self.reason = reason
+        self.path = os.fspath(path)
+        self.position = position
+        super().__init__(f"{self.path}: byte {position}: {reason}")
+
+
+
+class CheckpointError(SegmentError):
+    """A checkpoint file cannot be parsed."""
+
+    def __init__(self, reason: str, *, path: str | os.PathLike, line: int) -> None:
+        self.reason = reason
+        self.path = os.fspath(path)
+        self.line = line
+        super().__init__(f"{self.path}: line {line}: {reason}")
+
+
+class OffsetOutOfRangeError(SegmentError):
+    """A read asked for an offset outside [log start, log end]."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int, path: str) -> None:
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        self.path = path
+        super().__init__(
+            f"{path}: offset {offset} is out of range [{log_start_offset}, {log_end_offset}]"
+        )
+
+
+class LogStateError(SegmentError):
+    """An operation that the log's current state does not allow (closed log, append below the end, ...)."""
+
+
+class LockTimeoutError(SegmentError):
+    """An advisory lock on a partition directory could not be taken in time."""

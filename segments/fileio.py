@@ -1,0 +1,71 @@
+"""The filesystem operations whose ordering and durability matter, behind one injectable object.
+
+Owns fsync of files and directories, atomic rename, removal and the write-tmp-fsync-rename discipline
+of checkpoint files. Everything that must survive a crash in a known state (checkpoints, the swap of
+cleaned segments, segment rolls) goes through a `FileOps` instance, so a test can pass a subclass that
+fails or kills the process at a chosen step and a power-loss model can drop what was not fsynced.
+It holds no state of its own.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["FileOps", "DEFAULT_FILE_OPS"]
+
+
+class FileOps:
+    """Durable file operations on the real filesystem. Subclass to inject faults."""
+
+    def fsync_file(self, path: str | os.PathLike) -> None:
+        """Flush a file's data and metadata to stable storage."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def fsync_fd(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def fsync_dir(self, path: str | os.PathLike) -> None:
+        """Make renames, creations and removals in directory `path` durable."""
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def rename(self, src: str | os.PathLike, dst: str | os.PathLike) -> None:
+        """Atomically rename `src` to `dst`, replacing `dst` if it exists (same filesystem)."""
+        os.replace(src, dst)
+
+    def remove(self, path: str | os.PathLike) -> None:
+        """Remove a file; a file that is already gone is not an error."""
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+    def write_atomic(self, path: str | os.PathLike, data: bytes) -> None:
+        """Replace `path` with `data` so that a crash leaves either the old or the new content.
+
+        Writes `<path>.tmp`, fsyncs it, renames it over `path` and fsyncs the directory.
+        """
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            self.fsync_fd(fd)
+        finally:
+            os.close(fd)
+        self.rename(tmp, path)
+        self.fsync_dir(path.parent)
+
+
+DEFAULT_FILE_OPS = FileOps()

@@ -1,0 +1,151 @@
+"""Kafka on-disk format: constants and byte layouts, nothing else.
+
+This module owns every byte offset and field width of the formats in `shared/docs/kafka-format.md`:
+record batch v2 (section 1), legacy messages v0/v1 (section 2), index entries (section 3) and the
+file-name grammar. Other modules use these names and never spell a byte offset themselves. It does
+no I/O and holds no state.
+"""
+
+from __future__ import annotations
+
+import struct
+
+# ---- conventions -----------------------------------------------------------------------------------
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+# ---- the 17-byte prefix every batch of every magic shares ---------------------------------------------
+LOG_OVERHEAD = 12  # baseOffset (8) + length (4); a batch's size is length + LOG_OVERHEAD
+HEADER_SIZE_UP_TO_MAGIC = 17  # a reader needs 17 bytes to know the magic
+MAGIC_OFFSET = 16
+PREFIX = struct.Struct(">qi")  # baseOffset, length (bytes after this field)
+
+# ---- record batch v2 header, 61 bytes ------------------------------------------------------------------
+MAGIC_V2 = 2
+BATCH_V2 = struct.Struct(
+    ">q"  # 0  baseOffset
+    "i"  # 8  batchLength (bytes after this field)
+    "i"  # 12 partitionLeaderEpoch (not covered by the CRC)
+    "b"  # 16 magic
+    "I"  # 17 crc: CRC-32C over [21, end)
+    "h"  # 21 attributes
+    "i"  # 23 lastOffsetDelta
+    "q"  # 27 baseTimestamp (or the delete horizon when attribute bit 6 is set)
+    "q"  # 35 maxTimestamp
+    "q"  # 43 producerId
+    "h"  # 51 producerEpoch
+    "i"  # 53 baseSequence
+    "i"  # 57 recordsCount
+)
+RECORD_BATCH_OVERHEAD = BATCH_V2.size  # 61
+PARTITION_LEADER_EPOCH_OFFSET = 12
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21  # the CRC covers [ATTRIBUTES_OFFSET, end of batch)
+BASE_TIMESTAMP_OFFSET = 27
+RECORDS_COUNT_OFFSET = 57
+BATCH_LENGTH_MIN_V2 = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD  # 49
+
+# attributes (int16; Kafka reads only the low byte)
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+DELETE_HORIZON_FLAG = 0x40
+
+# compression codec ids
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+COMPRESSION_IDS = {name: cid for cid, name in COMPRESSION_NAMES.items()}
+
+# timestamp types
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+
+# varints (section 1.4)
+VARINT_BYTES_MAX = 5
+VARLONG_BYTES_MAX = 10
+
+# control records (section 1.7): key = int16 version, int16 type; marker value = int16 version, int32 epoch
+CONTROL_KEY = struct.Struct(">hh")
+END_TXN_MARKER_VALUE = struct.Struct(">hi")
+CONTROL_TYPE_ABORT = 0
+CONTROL_TYPE_COMMIT = 1
+CONTROL_TYPE_NAMES = {
+    0: "ABORT",
+    1: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
+
+# ---- legacy messages v0 / v1 (section 2) -----------------------------------------------------------------
+MAGIC_V0 = 0
+MAGIC_V1 = 1
+LEGACY_HEADER = struct.Struct(
+    ">q"  # 0  offset
+    "i"  # 8  messageSize (bytes after this field)
+    "I"  # 12 crc: CRC-32 (IEEE) over [16, end)
+    "b"  # 16 magic
+    "b"  # 17 attributes
+)
+LEGACY_TIMESTAMP = struct.Struct(">q")  # v1 only, right after the attributes
+LEGACY_LENGTH = struct.Struct(">i")  # key and value lengths, -1 = null
+LEGACY_CRC_OFFSET = 12
+LEGACY_MAGIC_OFFSET = 16
+LEGACY_MESSAGE_SIZE_MIN = {0: 14, 1: 22}
+LEGACY_COMPRESSION_MASK = 0x07
+LEGACY_TIMESTAMP_TYPE_MASK = 0x08
+
+# ---- snappy xerial framing (section 1.6) -------------------------------------------------------------------
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+XERIAL_HEADER = struct.Struct(">8sii")  # magic, version, min compatible version
+XERIAL_CHUNK_LENGTH = struct.Struct(">i")
+XERIAL_VERSION = 1
+XERIAL_BLOCK_BYTES = 32 * 1024  # snappy-java's default block size
+
+# ---- lz4 frame (section 1.6) ---------------------------------------------------------------------------------
+LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
+
+# ---- indexes (section 3) ----------------------------------------------------------------------------------
+OFFSET_INDEX_ENTRY = struct.Struct(">ii")  # relativeOffset, position
+TIME_INDEX_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
+TXN_INDEX_ENTRY = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
+TXN_INDEX_VERSION = 0
+RELATIVE_OFFSET_MAX = 2**31 - 1
+
+# ---- producer snapshot (section 3.4) -------------------------------------------------------------------------
+SNAPSHOT_HEADER = struct.Struct(">hIi")  # version, crc (CRC-32C over [6, end)), count
+SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
+
+# ---- file names (section 3) -------------------------------------------------------------------------------
+OFFSET_DIGITS = 20
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+# ---- defaults that matter (section 3) ------------------------------------------------------------------------
+SEGMENT_BYTES_DEFAULT = 1024**3
+SEGMENT_INDEX_BYTES_DEFAULT = 10 * 1024 * 1024
+INDEX_INTERVAL_BYTES_DEFAULT = 4096
+MAX_MESSAGE_BYTES_DEFAULT = 1_048_588
+
+
+def offset_file_name(offset: int, suffix: str) -> str:
+    """The 20-digit zero-padded file name of a segment file: `00000000000000000042.log`."""
+    assert offset >= 0, offset
+    return f"{offset:0{OFFSET_DIGITS}d}{suffix}"
