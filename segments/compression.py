@@ -81,10 +81,18 @@ def decompress(
         elif codec == fmt.COMPRESSION_ZSTD:
             out = _zstd_decompress(data, decompressed_bytes_max)
         else:
-            raise UnsupportedFormatError(f"unknown compression codec {codec}", position=position)
+            # position 0: the handler below adds `position` to every error raised in this block
+            raise UnsupportedFormatError(f"unknown compression codec {codec}", position=0)
     except CorruptRecordError as exc:
         raise type(exc)(exc.reason, position=position + exc.position) from None
-    except (zlib.error, RuntimeError, ValueError, zstandard.ZstdError, cramjam.DecompressionError) as exc:
+    except (
+        zlib.error,
+        RuntimeError,
+        ValueError,
+        zstandard.ZstdError,
+        cramjam.DecompressionError,
+        lz4.block.LZ4BlockError,  # raised by the lenient magic-0 lz4 path; it subclasses only Exception
+    ) as exc:
         name = fmt.COMPRESSION_NAMES.get(codec, codec)
         raise CorruptRecordError(f"{name} stream does not decode: {exc}", position=position) from None
     if len(out) > decompressed_bytes_max:

@@ -77,3 +77,25 @@ class LogStateError(SegmentError):
 
 class LockTimeoutError(SegmentError):
     """An advisory lock on a partition directory could not be taken in time."""
+
+
+class IndexAppendError(SegmentError, ValueError):
+    """An index entry that the index's invariants do not allow: out of order, position going backwards, index full.
+
+    The entry came from the caller, so this is first of all a programmer error (hence also a `ValueError`).
+    During recovery the entries come from a log being re-read, and then it means that log is corrupt at
+    `offset` (Kafka's `InvalidOffsetException`), which is why it is a typed error that carries the file.
+    """
+
+    def __init__(self, reason: str, *, path: str | os.PathLike, offset: int) -> None:
+        self.reason = reason
+        self.path = os.fspath(path)
+        self.offset = offset
+        super().__init__(f"{self.path}: offset {offset}: {reason}")
+
+
+class IndexOffsetOverflowError(IndexAppendError):
+    """An offset outside `[segment base, segment base + 2^31 - 1]`: it cannot be stored as a relative int32.
+
+    Kafka's `IndexOffsetOverflowException`; old logs that hit it are split into segments during recovery.
+    """

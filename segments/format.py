@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 # ---- conventions -----------------------------------------------------------------------------------
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
@@ -22,6 +24,16 @@ LOG_OVERHEAD = 12  # baseOffset (8) + length (4); a batch's size is length + LOG
 HEADER_SIZE_UP_TO_MAGIC = 17  # a reader needs 17 bytes to know the magic
 MAGIC_OFFSET = 16
 PREFIX = struct.Struct(">qi")  # baseOffset, length (bytes after this field)
+LENGTH_OFFSET = 8  # the int32 length (v2 batchLength, v0/v1 messageSize)
+PREFIX_UP_TO_MAGIC = struct.Struct(
+    ">q"  # 0  baseOffset (v2) / offset (v0, v1)
+    "i"  # 8  length: bytes after this field
+    "4s"  # 12 partitionLeaderEpoch (v2) / crc (v0, v1): meaning depends on the magic
+    "b"  # 16 magic
+)
+# The smallest declared length of any magic (a v0 message with null key and value); Kafka's
+# FileLogInputStream rejects anything smaller as corrupt before it looks at the magic.
+LENGTH_MIN = 14
 
 # ---- record batch v2 header, 61 bytes ------------------------------------------------------------------
 MAGIC_V2 = 2
@@ -104,6 +116,10 @@ LEGACY_MAGIC_OFFSET = 16
 LEGACY_MESSAGE_SIZE_MIN = {0: 14, 1: 22}
 LEGACY_COMPRESSION_MASK = 0x07
 LEGACY_TIMESTAMP_TYPE_MASK = 0x08
+LEGACY_ATTRIBUTES_OFFSET = 17
+LEGACY_TIMESTAMP_OFFSET = 18  # v1 only
+LEGACY_KEY_LENGTH_OFFSET = {0: 18, 1: 26}  # the int32 key length, by magic
+LEGACY_COMPRESSION_MAX = 3  # codecs 0..3 (none, gzip, snappy, lz4); zstd (4) is forbidden in v0/v1
 
 # ---- snappy xerial framing (section 1.6) -------------------------------------------------------------------
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -114,6 +130,7 @@ XERIAL_BLOCK_BYTES = 32 * 1024  # snappy-java's default block size
 
 # ---- lz4 frame (section 1.6) ---------------------------------------------------------------------------------
 LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
+LZ4_FRAME_DESCRIPTOR_OFFSET = 4  # FLG, BD, [content size], [dict id], then the header checksum byte
 
 # ---- indexes (section 3) ----------------------------------------------------------------------------------
 OFFSET_INDEX_ENTRY = struct.Struct(">ii")  # relativeOffset, position
@@ -121,6 +138,22 @@ TIME_INDEX_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
 TXN_INDEX_ENTRY = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
 TXN_INDEX_VERSION = 0
 RELATIVE_OFFSET_MAX = 2**31 - 1
+# The same three layouts as packed numpy records, for reading and writing whole index files at once.
+OFFSET_INDEX_ENTRY_DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
+TIME_INDEX_ENTRY_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
+TXN_INDEX_ENTRY_DTYPE = np.dtype(
+    [
+        ("version", ">i2"),
+        ("producer_id", ">i8"),
+        ("first_offset", ">i8"),
+        ("last_offset", ">i8"),  # offset of the ABORT marker
+        ("last_stable_offset", ">i8"),
+    ]
+)
+assert OFFSET_INDEX_ENTRY_DTYPE.itemsize == OFFSET_INDEX_ENTRY.size == 8
+assert TIME_INDEX_ENTRY_DTYPE.itemsize == TIME_INDEX_ENTRY.size == 12
+assert TXN_INDEX_ENTRY_DTYPE.itemsize == TXN_INDEX_ENTRY.size == 34
+TIME_INDEX_RESERVED_ENTRIES = 1  # the slot kept free for the final (max timestamp) entry of a segment
 
 # ---- producer snapshot (section 3.4) -------------------------------------------------------------------------
 SNAPSHOT_HEADER = struct.Struct(">hIi")  # version, crc (CRC-32C over [6, end)), count

@@ -33,6 +33,7 @@ __all__ = [
     "batch_crc",
     "decode_batch",
     "decode_batch_header",
+    "decode_batch_header_fields",
     "decode_control_key",
     "decode_end_txn_marker",
     "encode_batch",
@@ -151,8 +152,34 @@ def decode_batch_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     Requires the magic byte to be 2 (callers dispatch on magic first). Checks lengths and the codec,
     not the CRC. Raises `TruncatedBatchError` if the header or the declared batch runs past the buffer.
     """
+    header = decode_batch_header_fields(buf, pos)
+    end = len(buf)
+    if pos + header.size_bytes > end:
+        raise TruncatedBatchError(
+            f"batch of {header.size_bytes} bytes runs past the end of the data ({end - pos} bytes left)",
+            position=pos,
+        )
+    return header
+
+
+def decode_batch_header_fields(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    """Decode and check the 61-byte v2 header at `pos` when the buffer may hold only the header.
+
+    Like `decode_batch_header` but does not require the rest of the batch to be in `buf` (for
+    walking a file by reading headers alone).
+    """
     end = len(buf)
     if pos + fmt.RECORD_BATCH_OVERHEAD > end:
+        # A batch whose declared length is impossible is corrupt even when the buffer ends before 61
+        # bytes (the whole batch may fit): only a plausible batch cut short is a torn tail.
+        if pos + fmt.HEADER_SIZE_UP_TO_MAGIC <= end:
+            _, batch_length, _, magic = fmt.PREFIX_UP_TO_MAGIC.unpack_from(buf, pos)
+            if magic != fmt.MAGIC_V2:
+                raise UnsupportedFormatError(f"expected magic 2, found {magic}", position=pos + fmt.MAGIC_OFFSET)
+            if batch_length < fmt.BATCH_LENGTH_MIN_V2:
+                raise CorruptRecordError(
+                    f"batch length {batch_length} is below the minimum {fmt.BATCH_LENGTH_MIN_V2}", position=pos + 8
+                )
         raise TruncatedBatchError(
             f"{end - pos} bytes left, a batch header needs {fmt.RECORD_BATCH_OVERHEAD}", position=pos
         )
@@ -163,11 +190,6 @@ def decode_batch_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     if header.batch_length < fmt.BATCH_LENGTH_MIN_V2:
         raise CorruptRecordError(
             f"batch length {header.batch_length} is below the minimum {fmt.BATCH_LENGTH_MIN_V2}", position=pos + 8
-        )
-    if pos + header.size_bytes > end:
-        raise TruncatedBatchError(
-            f"batch of {header.size_bytes} bytes runs past the end of the data ({end - pos} bytes left)",
-            position=pos,
         )
     if header.compression > fmt.COMPRESSION_ZSTD:
         raise UnsupportedFormatError(

@@ -1,0 +1,335 @@
+"""Text checkpoint files (kafka-format.md 3.5) and `partition.metadata`: their grammar, reading and writing.
+
+Owns the names of the standard checkpoint files, the pure encode/decode of their text
+(`encode_*`/`decode_*` over bytes), reading them from disk, and writing them the durable way: always
+through `FileOps.write_atomic` (`<name>.tmp`, fsync, rename over `<name>`, fsync the directory), so a
+crash leaves either the old or the new file. It does not decide what the offsets mean or take locks:
+`update_offset_checkpoint` is a read-merge-write, and the caller must hold whatever lock serialises
+writers of that file (the cleaner manager's lock for `cleaner-offset-checkpoint`).
+
+Grammar (UTF-8, `\\n` line ends): line 1 the version (0), line 2 the entry count N, then N entry lines.
+Offset checkpoints (`cleaner-offset-checkpoint`, `recovery-point-offset-checkpoint`,
+`replication-offset-checkpoint`, `log-start-offset-checkpoint`) hold `topic partition offset`;
+`leader-epoch-checkpoint` holds `epoch startOffset`. Writers separate fields with one space and sort
+offset entries by (topic, partition) so equal content gives equal bytes; readers split on whitespace.
+
+Reader rules, following Kafka's `CheckpointFile` where it has one:
+* a missing file reads as empty (as does an empty file, or one with only a version line: Kafka's reader
+  returns no entries when it runs out of lines before the count);
+* wrong version, a count that is not a non-negative integer, a line without exactly the expected fields
+  or with a field that is not a decimal integer in range, a count that differs from the number of entry
+  lines, a partition listed twice, bytes that are not UTF-8, or a file above `checkpoint_bytes_max` raise
+  `CheckpointError` naming the file and the 1-based line (line 0: the file as a whole).
+Values are not checked for meaning (an offset may be any int64, as for Kafka's `Long.parseLong`);
+partitions must be non-negative int32s because they come from directory names.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .errors import CheckpointError
+from .fileio import DEFAULT_FILE_OPS, FileOps
+
+__all__ = [
+    "CHECKPOINT_BYTES_MAX",
+    "CLEANER_OFFSET_CHECKPOINT",
+    "LEADER_EPOCH_CHECKPOINT",
+    "LOG_START_OFFSET_CHECKPOINT",
+    "PARTITION_METADATA_FILE",
+    "RECOVERY_POINT_CHECKPOINT",
+    "REPLICATION_OFFSET_CHECKPOINT",
+    "PartitionMetadata",
+    "decode_leader_epoch_checkpoint",
+    "decode_offset_checkpoint",
+    "decode_partition_metadata",
+    "encode_leader_epoch_checkpoint",
+    "encode_offset_checkpoint",
+    "read_leader_epoch_checkpoint",
+    "read_offset_checkpoint",
+    "read_partition_metadata",
+    "update_offset_checkpoint",
+    "write_leader_epoch_checkpoint",
+    "write_offset_checkpoint",
+]
+
+# ---- names and versions ---------------------------------------------------------------------------------
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"  # log.dir root: first dirty offset per partition
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"  # log.dir root
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"  # log.dir root: high watermarks
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"  # log.dir root
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"  # partition directory
+PARTITION_METADATA_FILE = "partition.metadata"  # partition directory
+
+OFFSET_CHECKPOINT_VERSION = 0
+LEADER_EPOCH_CHECKPOINT_VERSION = 0
+PARTITION_METADATA_VERSION = 0
+
+# A log dir with 200,000 partitions and 249-character topic names needs about 52 MiB.
+CHECKPOINT_BYTES_MAX = 64 * 1024 * 1024
+PARTITION_METADATA_BYTES_MAX = 4096
+
+_INT32_MAX = 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_DECIMAL = re.compile(r"-?[0-9]+")  # ASCII digits only: Python's int() would also take "1_0" and "٣"
+_TOPIC_ID = re.compile(r"[A-Za-z0-9_-]{22}")  # a 16-byte UUID in unpadded base64url
+_ZERO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+TopicPartition = tuple[str, int]
+
+
+# ---- decoding -------------------------------------------------------------------------------------------
+
+
+def _int(text: str, *, what: str, low: int, high: int, path: str | os.PathLike, line: int) -> int:
+    if not _DECIMAL.fullmatch(text):
+        raise CheckpointError(f"expected {what} as a decimal integer, found {text!r}", path=path, line=line)
+    value = int(text)
+    if not low <= value <= high:
+        raise CheckpointError(f"{what} {value} is outside [{low}, {high}]", path=path, line=line)
+    return value
+
+
+def _lines(data: bytes, path: str | os.PathLike, bytes_max: int) -> list[str]:
+    """The file's lines without their terminators (`\\n`, and a `\\r` before it, as Java's readLine)."""
+    if len(data) > bytes_max:
+        raise CheckpointError(f"{len(data)} bytes is more than the limit of {bytes_max}", path=path, line=0)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise CheckpointError(f"not UTF-8: {exc.reason}", path=path, line=line) from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the terminator of the last line
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def _decode_entries(
+    data: bytes, *, path: str | os.PathLike, version: int, fields: int, bytes_max: int
+) -> list[tuple[int, list[str]]]:
+    """Check the version and count lines; the entry lines as (line number, fields)."""
+    lines = _lines(data, path, bytes_max)
+    if not lines:
+        return []
+    found = _int(lines[0].strip(), what="the version", low=_INT64_MIN, high=_INT64_MAX, path=path, line=1)
+    if found != version:
+        raise CheckpointError(f"expected version {version}, found {found}", path=path, line=1)
+    if len(lines) == 1:
+        return []
+    count = _int(lines[1].strip(), what="the entry count", low=0, high=_INT64_MAX, path=path, line=2)
+    entries = []
+    for number, text in enumerate(lines[2:], start=3):
+        parts = text.split()
+        if len(parts) != fields:
+            raise CheckpointError(
+                f"expected {fields} fields separated by whitespace, found {len(parts)} in {text!r}",
+                path=path,
+                line=number,
+            )
+        entries.append((number, parts))
+    if len(entries) != count:
+        # Point at the first extra line, or at the line where the first missing entry should be.
+        line = 3 + count if len(entries) > count else 3 + len(entries)
+        raise CheckpointError(f"expected {count} entries, found {len(entries)}", path=path, line=line)
+    return entries
+
+
+def decode_offset_checkpoint(
+    data: bytes, *, path: str | os.PathLike = "<bytes>", checkpoint_bytes_max: int = CHECKPOINT_BYTES_MAX
+) -> dict[TopicPartition, int]:
+    """Parse an offset checkpoint (`topic partition offset` lines); see the module docstring for the rules."""
+    result: dict[TopicPartition, int] = {}
+    for line, (topic, partition_text, offset_text) in _decode_entries(
+        data, path=path, version=OFFSET_CHECKPOINT_VERSION, fields=3, bytes_max=checkpoint_bytes_max
+    ):
+        partition = _int(partition_text, what="the partition", low=0, high=_INT32_MAX, path=path, line=line)
+        offset = _int(offset_text, what="the offset", low=_INT64_MIN, high=_INT64_MAX, path=path, line=line)
+        if (topic, partition) in result:
+            raise CheckpointError(f"partition {topic}-{partition} is listed twice", path=path, line=line)
+        result[(topic, partition)] = offset
+    return result
+
+
+def decode_leader_epoch_checkpoint(
+    data: bytes, *, path: str | os.PathLike = "<bytes>", checkpoint_bytes_max: int = CHECKPOINT_BYTES_MAX
+) -> list[tuple[int, int]]:
+    """Parse a `leader-epoch-checkpoint` (`epoch startOffset` lines) into `(epoch, start_offset)` in file order.
+
+    The order and monotonicity of epochs are not checked here: that is the leader-epoch cache's business.
+    """
+    result = []
+    for line, (epoch_text, offset_text) in _decode_entries(
+        data, path=path, version=LEADER_EPOCH_CHECKPOINT_VERSION, fields=2, bytes_max=checkpoint_bytes_max
+    ):
+        epoch = _int(epoch_text, what="the epoch", low=-(2**31), high=_INT32_MAX, path=path, line=line)
+        offset = _int(offset_text, what="the start offset", low=_INT64_MIN, high=_INT64_MAX, path=path, line=line)
+        result.append((epoch, offset))
+    return result
+
+
+# ---- encoding -------------------------------------------------------------------------------------------
+
+
+def _check_int(value: object, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{what} must be an int in [{low}, {high}], got {value!r}")
+    return value
+
+
+def encode_offset_checkpoint(entries: Mapping[TopicPartition, int]) -> bytes:
+    """The bytes of an offset checkpoint holding `entries`, sorted by (topic, partition).
+
+    Requires topics to be non-empty strings without whitespace (which would break the line grammar),
+    partitions non-negative int32s and offsets int64s; raises `ValueError` otherwise.
+    """
+    lines = [str(OFFSET_CHECKPOINT_VERSION), str(len(entries))]
+    for (topic, partition), offset in sorted(entries.items()):
+        if not isinstance(topic, str) or not topic or any(ch.isspace() for ch in topic):
+            raise ValueError(f"topic must be a non-empty string without whitespace, got {topic!r}")
+        _check_int(partition, "partition", 0, _INT32_MAX)
+        _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)
+        lines.append(f"{topic} {partition} {offset}")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def encode_leader_epoch_checkpoint(entries: Iterable[tuple[int, int]]) -> bytes:
+    """The bytes of a `leader-epoch-checkpoint` holding `(epoch, start_offset)` entries in the given order."""
+    entries = list(entries)
+    lines = [str(LEADER_EPOCH_CHECKPOINT_VERSION), str(len(entries))]
+    for epoch, offset in entries:
+        _check_int(epoch, "epoch", -(2**31), _INT32_MAX)
+        _check_int(offset, "start offset", _INT64_MIN, _INT64_MAX)
+        lines.append(f"{epoch} {offset}")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+# ---- files ------------------------------------------------------------------------------------------------
+
+
+def _read_limited(path: str | os.PathLike, bytes_max: int) -> bytes | None:
+    """The file's bytes (at most `bytes_max + 1` are read, so the caller can see it is too big), or None."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(bytes_max + 1)
+    except FileNotFoundError:
+        return None
+
+
+def read_offset_checkpoint(
+    path: str | os.PathLike, *, checkpoint_bytes_max: int = CHECKPOINT_BYTES_MAX
+) -> dict[TopicPartition, int]:
+    """Read an offset checkpoint into `{(topic, partition): offset}`; a missing file gives `{}`.
+
+    Raises `CheckpointError` (file, line) as described in the module docstring.
+    """
+    data = _read_limited(path, checkpoint_bytes_max)
+    if data is None:
+        return {}
+    return decode_offset_checkpoint(data, path=path, checkpoint_bytes_max=checkpoint_bytes_max)
+
+
+def write_offset_checkpoint(
+    path: str | os.PathLike, entries: Mapping[TopicPartition, int], *, file_ops: FileOps = DEFAULT_FILE_OPS
+) -> None:
+    """Replace the offset checkpoint at `path` with `entries`: `<path>.tmp`, fsync, rename, fsync the directory.
+
+    Raises `ValueError` for entries `encode_offset_checkpoint` rejects, before any file is touched.
+    """
+    file_ops.write_atomic(path, encode_offset_checkpoint(entries))
+
+
+def update_offset_checkpoint(
+    path: str | os.PathLike,
+    updates: Mapping[TopicPartition, int],
+    removals: Iterable[TopicPartition] = (),
+    *,
+    file_ops: FileOps = DEFAULT_FILE_OPS,
+) -> dict[TopicPartition, int]:
+    """Read the checkpoint at `path`, drop `removals`, then set `updates`, and write it atomically.
+
+    The order is Kafka's (`LogCleanerManager.updateCheckpoints`): a partition both removed and updated
+    ends up with the updated value. Not atomic against other writers: the caller holds the lock that
+    serialises writers of this file. Returns what was written. Raises `CheckpointError` if the current
+    file cannot be parsed (nothing is written then).
+    """
+    current = read_offset_checkpoint(path)
+    for tp in removals:
+        current.pop(tp, None)
+    current.update(updates)
+    write_offset_checkpoint(path, current, file_ops=file_ops)
+    return current
+
+
+def read_leader_epoch_checkpoint(
+    path: str | os.PathLike, *, checkpoint_bytes_max: int = CHECKPOINT_BYTES_MAX
+) -> list[tuple[int, int]]:
+    """Read a `leader-epoch-checkpoint` into `[(epoch, start_offset), ...]`; a missing file gives `[]`."""
+    data = _read_limited(path, checkpoint_bytes_max)
+    if data is None:
+        return []
+    return decode_leader_epoch_checkpoint(data, path=path, checkpoint_bytes_max=checkpoint_bytes_max)
+
+
+def write_leader_epoch_checkpoint(
+    path: str | os.PathLike, entries: Iterable[tuple[int, int]], *, file_ops: FileOps = DEFAULT_FILE_OPS
+) -> None:
+    """Replace the `leader-epoch-checkpoint` at `path` atomically (as `write_offset_checkpoint`)."""
+    file_ops.write_atomic(path, encode_leader_epoch_checkpoint(entries))
+
+
+# ---- partition.metadata -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    """The content of `partition.metadata`: `version: 0` and `topic_id: <22-char base64url UUID>`."""
+
+    version: int
+    topic_id: str
+
+    @property
+    def topic_id_bytes(self) -> bytes:
+        """The topic id as its 16 UUID bytes."""
+        return base64.urlsafe_b64decode(self.topic_id + "==")
+
+
+def _key_value(text: str, key: str, *, path: str | os.PathLike, line: int) -> str:
+    parts = text.split()
+    if len(parts) != 2 or parts[0] != key:
+        raise CheckpointError(f"expected '{key} <value>', found {text!r}", path=path, line=line)
+    return parts[1]
+
+
+def decode_partition_metadata(data: bytes, *, path: str | os.PathLike = "<bytes>") -> PartitionMetadata:
+    """Parse `partition.metadata`. Raises `CheckpointError` (file, line) for a missing or malformed line,
+    a version other than 0, a topic id that is not 22 base64url characters or is the zero UUID (Kafka
+    rejects it), or anything but blank lines after the two lines."""
+    lines = _lines(data, path, PARTITION_METADATA_BYTES_MAX)
+    if len(lines) < 2:
+        raise CheckpointError(f"expected 2 lines, found {len(lines)}", path=path, line=len(lines) + 1)
+    version_text = _key_value(lines[0], "version:", path=path, line=1)
+    version = _int(version_text, what="the version", low=_INT64_MIN, high=_INT64_MAX, path=path, line=1)
+    if version != PARTITION_METADATA_VERSION:
+        raise CheckpointError(f"expected version {PARTITION_METADATA_VERSION}, found {version}", path=path, line=1)
+    topic_id = _key_value(lines[1], "topic_id:", path=path, line=2)
+    if not _TOPIC_ID.fullmatch(topic_id):
+        raise CheckpointError(f"expected a 22-character base64url topic id, found {topic_id!r}", path=path, line=2)
+    if topic_id == _ZERO_TOPIC_ID:
+        raise CheckpointError("the topic id is the zero UUID", path=path, line=2)
+    for number, text in enumerate(lines[2:], start=3):
+        if text.strip():
+            raise CheckpointError(f"expected the end of the file, found {text!r}", path=path, line=number)
+    return PartitionMetadata(version, topic_id)
+
+
+def read_partition_metadata(path: str | os.PathLike) -> PartitionMetadata | None:
+    """Read `partition.metadata`; None if the file does not exist (a partition without a topic id)."""
+    data = _read_limited(path, PARTITION_METADATA_BYTES_MAX)
+    if data is None:
+        return None
+    return decode_partition_metadata(data, path=path)

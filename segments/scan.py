@@ -1,0 +1,731 @@
+"""The bulk scan: a buffer of concatenated batches → numpy arrays, with no Python loop per record.
+
+Owns the cleaner's hot read path over `kafka-format.md` sections 1-3: it walks a whole `.log` segment, or a
+window of one, given as a numpy uint8 array, `bytes`, `bytearray`, `memoryview` or `mmap`, checks every
+batch the way Kafka's reader does and returns one `ScanResult` of column arrays. Batch v2 (magic 2) and
+legacy v0/v1 entries (magic 0/1) may be mixed. It is pure: it never opens files, logs or reads the clock;
+the file layer decides what a torn tail means (a crash at EOF, or just the end of a read window).
+
+Work per scan: compiled kernels (`segments._scan_kernels`, numba, cached on disk) find and check the batch
+headers and decode every record; Python loops only per batch for the CRC (the `crc32c` package, hardware
+CRC-32C; `zlib.crc32` for legacy) and per *compressed* batch for decompression
+(`segments.compression.decompress`). Decompressed records are copied into one side buffer per scan, the
+**arena**.
+
+Batch arrays (length `n_batches`; a "batch" is a v2 batch, an uncompressed legacy message, or a legacy
+compressed wrapper whose inner messages are its records):
+
+| array | dtype | meaning |
+|---|---|---|
+| batch_position | int64 | file position of the batch: `base_position` + index in `buffer` |
+| batch_size | int64 | bytes of the batch including the 12-byte log overhead |
+| magic | int8 | 0, 1 or 2 |
+| attributes | int16 | v2 attributes; legacy attributes byte |
+| partition_leader_epoch | int32 | -1 for legacy |
+| crc | uint32 | the stored CRC (CRC-32C for v2, CRC-32 for legacy) |
+| base_offset, last_offset | int64 | v2: baseOffset, baseOffset + lastOffsetDelta. Legacy: the message offset; a wrapper's first inner and outer offset (base_offset is -1 for a wrapper with `headers_only`) |
+| base_timestamp, max_timestamp | int64 | v2 header fields; legacy: -1 and the message timestamp (-1 for v0) |
+| delete_horizon_ms | int64 | baseTimestamp when attribute bit 6 is set (v2), else -1 |
+| producer_id / producer_epoch / base_sequence | int64 / int16 / int32 | -1 for legacy |
+| records_count | int32 | records of the batch (v2 header field; 1 for a legacy message; a wrapper's inner message count, -1 with `headers_only`) |
+| record_start | int64, length `n_batches + 1` | records of batch i are `[record_start[i], record_start[i+1])`; empty with `headers_only` |
+| records_in_arena | bool | the batch's records were decompressed: their positions index `arena`, not `buffer` |
+| records_pos, records_bytes | int64 | where the records region (legacy: the message(s)) starts, in `buffer` or `arena`, and its length |
+
+Record arrays (length `n_records`; empty with `headers_only`):
+
+| array | dtype | meaning |
+|---|---|---|
+| offset | int64 | absolute offset (v1 inner relative offsets already made absolute) |
+| timestamp | int64 | effective timestamp: LogAppendTime batches give maxTimestamp (legacy: the wrapper's), v0 gives -1 |
+| key_pos | int64 | index of the key's first byte in the record's source (`buffer` or `arena`); for a null key, where it would start |
+| key_len | int32 | -1 = null key |
+| value_len | int32 | -1 = null value (a tombstone) |
+| record_pos | int64 | index of the raw record in its source: v2 from its length varint; legacy from its 12-byte offset/size prefix |
+| record_size | int32 | bytes of that raw record, so kept records can be copied verbatim into a rebuilt batch |
+| batch_index | int32 | index of the record's batch |
+
+The record's source is `arena` when `records_in_arena[batch_index]`, else `buffer`; `key_spans()` gives both
+groups ready for a key hasher. Positions in the record arrays are array indexes (not file positions); batch
+positions are file positions (`batch_buffer_pos` gives the buffer index).
+
+Torn tail versus corruption: the scan stops without raising when 17 bytes or fewer remain or when a
+declared batch size runs past `end` (`torn_tail`, `end_position` = where the whole batches end,
+`torn_batch_bytes` = the declared size of the incomplete batch if its length field is present). Whether that
+is a crash's torn tail at EOF or a read-window boundary is the caller's call. Anything invalid before that
+raises `CorruptRecordError` (`UnsupportedFormatError` for an unknown magic or codec) whose position is a
+file position (`base_position` added): declared length < 14, a bad CRC, a bad varint, records that do not
+fill their batch exactly, offset deltas not strictly increasing within [0, lastOffsetDelta], a stream that
+does not decompress, a legacy wrapper with bad inner messages. When several batches are bad the error is the
+one of the first bad batch. Errors inside decompressed data are reported at the start of the batch's
+compressed region, and the message gives the byte inside the decompressed data.
+
+Stricter than Kafka, as the object path (`segments.records.decode_batch`) is: an empty batch must have an
+empty records region (an empty compressed batch must decompress to nothing); legacy messages must end
+exactly after their value and a wrapper's inner messages must tile its decompressed value. Laxer: header
+keys are not checked for UTF-8 (Kafka decodes them leniently too).
+
+Limits: `decompressed_bytes_max` bounds one batch's decompression; `arena_bytes_max` and `records_max` bound
+one scan. Reaching either stops the scan before the batch that would pass it (`limit_reached`,
+`end_position` there); the caller scans again from `end_position`. The first batch is always taken.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import crc32c as _crc32c
+import numpy as np
+
+from . import _scan_kernels as k
+from . import format as fmt
+from .compression import DECOMPRESSED_BYTES_MAX_DEFAULT, decompress
+from .errors import CorruptRecordError, UnsupportedFormatError
+
+__all__ = [
+    "ARENA_BYTES_MAX_DEFAULT",
+    "RECORDS_MAX_DEFAULT",
+    "KeySpans",
+    "ScanBuffers",
+    "ScanResult",
+    "scan",
+    "warm_up",
+]
+
+# One scan's decompressed side buffer. The default is large enough for a 64 MiB window of well-compressed
+# data and small enough to keep a cleaner thread's memory bounded.
+ARENA_BYTES_MAX_DEFAULT = 512 * 1024 * 1024
+# One scan's per-record arrays: 48 bytes per record, so the default bounds them at 768 MiB.
+RECORDS_MAX_DEFAULT = 16 * 1024 * 1024
+
+_LEGACY_CRC_START = fmt.LEGACY_MAGIC_OFFSET  # CRC-32 covers [magic, end)
+
+
+class KeySpans(NamedTuple):
+    """Keys of some records, all in one source buffer: `hash_key_spans(buffer, key_pos, key_len, seed)`
+    hashes them, `record_index` says which records they are."""
+
+    buffer: np.ndarray
+    key_pos: np.ndarray
+    key_len: np.ndarray
+    record_index: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """The batches and records of one scan; see the module docstring for every array."""
+
+    buffer: np.ndarray  # the scanned data (read-only uint8 view); positions not in the arena index it
+    arena: np.ndarray  # decompressed records (read-only uint8); empty when nothing was compressed
+    base_position: int  # file position of buffer[0]
+    start_position: int  # file position where the scan started
+    end_position: int  # file position where the scanned whole batches end
+    torn_tail: bool  # an incomplete batch follows end_position
+    torn_batch_bytes: int  # its declared size, or -1 when unknown or when there is no torn tail
+    limit_reached: bool  # stopped early at arena_bytes_max or records_max; more whole batches follow
+    headers_only: bool
+    # per batch
+    batch_position: np.ndarray
+    batch_size: np.ndarray
+    magic: np.ndarray
+    attributes: np.ndarray
+    partition_leader_epoch: np.ndarray
+    crc: np.ndarray
+    base_offset: np.ndarray
+    last_offset: np.ndarray
+    base_timestamp: np.ndarray
+    max_timestamp: np.ndarray
+    delete_horizon_ms: np.ndarray
+    producer_id: np.ndarray
+    producer_epoch: np.ndarray
+    base_sequence: np.ndarray
+    records_count: np.ndarray
+    record_start: np.ndarray
+    records_in_arena: np.ndarray
+    records_pos: np.ndarray
+    records_bytes: np.ndarray
+    # per record
+    offset: np.ndarray
+    timestamp: np.ndarray
+    key_pos: np.ndarray
+    key_len: np.ndarray
+    value_len: np.ndarray
+    record_pos: np.ndarray
+    record_size: np.ndarray
+    batch_index: np.ndarray
+
+    # ---- sizes and derived batch columns (vectorised) ----
+
+    @property
+    def n_batches(self) -> int:
+        return len(self.batch_position)
+
+    @property
+    def n_records(self) -> int:
+        return len(self.offset)
+
+    @property
+    def batch_buffer_pos(self) -> np.ndarray:
+        """Index of each batch's first byte in `buffer` (int64)."""
+        return self.batch_position - self.base_position
+
+    @property
+    def compression(self) -> np.ndarray:
+        """Codec id per batch (int8): 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd."""
+        return (self.attributes & fmt.COMPRESSION_MASK).astype(np.int8)
+
+    @property
+    def timestamp_type(self) -> np.ndarray:
+        """Per batch (int8): 1 for LogAppendTime, else 0 (v0 has no timestamp type)."""
+        return ((self.attributes & fmt.TIMESTAMP_TYPE_MASK) != 0).astype(np.int8) * (self.magic > 0)
+
+    @property
+    def is_transactional(self) -> np.ndarray:
+        return (self.magic >= fmt.MAGIC_V2) & ((self.attributes & fmt.TRANSACTIONAL_FLAG) != 0)
+
+    @property
+    def is_control(self) -> np.ndarray:
+        return (self.magic >= fmt.MAGIC_V2) & ((self.attributes & fmt.CONTROL_FLAG) != 0)
+
+    @property
+    def has_delete_horizon(self) -> np.ndarray:
+        return (self.magic >= fmt.MAGIC_V2) & ((self.attributes & fmt.DELETE_HORIZON_FLAG) != 0)
+
+    @property
+    def is_legacy(self) -> np.ndarray:
+        return self.magic < fmt.MAGIC_V2
+
+    @property
+    def next_offset(self) -> np.ndarray:
+        return self.last_offset + 1
+
+    # ---- derived record columns ----
+
+    @property
+    def record_in_arena(self) -> np.ndarray:
+        """Per record (bool): its positions index `arena`."""
+        return self.records_in_arena[self.batch_index]
+
+    @property
+    def is_tombstone(self) -> np.ndarray:
+        return self.value_len < 0
+
+    # ---- bytes of one batch or record (for tools and tests, not hot loops) ----
+
+    def source(self, record: int) -> np.ndarray:
+        """The buffer record `record`'s positions index: `arena` or `buffer`."""
+        return self.arena if self.records_in_arena[self.batch_index[record]] else self.buffer
+
+    def batch_bytes(self, batch: int) -> bytes:
+        pos = int(self.batch_position[batch]) - self.base_position
+        return self.buffer[pos : pos + int(self.batch_size[batch])].tobytes()
+
+    def record_bytes(self, record: int) -> bytes:
+        pos = int(self.record_pos[record])
+        return self.source(record)[pos : pos + int(self.record_size[record])].tobytes()
+
+    def key_bytes(self, record: int) -> bytes | None:
+        length = int(self.key_len[record])
+        if length < 0:
+            return None
+        pos = int(self.key_pos[record])
+        return self.source(record)[pos : pos + length].tobytes()
+
+    def value_bytes(self, record: int) -> bytes | None:
+        length = int(self.value_len[record])
+        if length < 0:
+            return None
+        # The value length field follows the key: a zigzag varint in v2, an int32 in legacy messages.
+        pos = int(self.key_pos[record]) + max(int(self.key_len[record]), 0)
+        if self.magic[self.batch_index[record]] >= fmt.MAGIC_V2:
+            pos += _varint_size(length)
+        else:
+            pos += fmt.LEGACY_LENGTH.size
+        return self.source(record)[pos : pos + length].tobytes()
+
+    def key_spans(self, records: np.ndarray | None = None) -> tuple[KeySpans, ...]:
+        """Keys grouped by source buffer: at most one group for `buffer` and one for `arena`.
+
+        `records` (a bool mask or indices over the records) restricts the result; by default every record.
+        """
+        index = np.arange(self.n_records, dtype=np.int64) if records is None else np.asarray(records)
+        if index.dtype == np.bool_:
+            index = np.flatnonzero(index)
+        in_arena = self.records_in_arena[self.batch_index[index]]
+        groups = []
+        for buffer, mask in ((self.buffer, ~in_arena), (self.arena, in_arena)):
+            chosen = index[mask]
+            if len(chosen):
+                groups.append(KeySpans(buffer, self.key_pos[chosen], self.key_len[chosen], chosen))
+        return tuple(groups)
+
+
+class ScanBuffers:
+    """Per-record output memory reused across scans, for a caller that scans a file window by window.
+
+    Fresh arrays cost a page fault per 4 KiB on first touch (about 15% of a scan of small records); reusing
+    them avoids that. A `ScanResult` made with a `ScanBuffers` shares its record arrays with it and is valid
+    only until the next scan that is given the same object. Capacity grows to the largest scan seen (bounded by
+    `records_max`) and is never given back; one per thread.
+    """
+
+    __slots__ = ("_arrays", "_capacity")
+
+    def __init__(self) -> None:
+        self._arrays: tuple[np.ndarray, ...] = _empty_records()
+        self._capacity = 0
+
+    def records(self, n: int) -> tuple[np.ndarray, ...]:
+        """Views of length `n` of the per-record arrays (contents undefined)."""
+        if n > self._capacity:
+            self._capacity = max(n, self._capacity + self._capacity // 2)
+            self._arrays = _empty_records(self._capacity)
+        return tuple(a[:n] for a in self._arrays)
+
+
+def _varint_size(value: int) -> int:
+    z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    size = 1
+    while z >= 0x80:
+        z >>= 7
+        size += 1
+    return size
+
+
+def _as_uint8(data) -> np.ndarray:
+    """A read-only 1-D uint8 view of `data` (no copy), so every kernel sees one array type."""
+    if isinstance(data, np.ndarray):
+        if data.dtype != np.uint8 or data.ndim != 1 or not data.flags.c_contiguous:
+            raise ValueError(f"expected a contiguous 1-D uint8 array, got {data.dtype} with shape {data.shape}")
+        view = data.view()
+    else:
+        view = np.frombuffer(data, dtype=np.uint8)
+    view.flags.writeable = False
+    return view
+
+
+_EMPTY_U8 = np.empty(0, dtype=np.uint8)
+_EMPTY_U8.flags.writeable = False
+
+
+def scan(
+    data,
+    *,
+    start: int = 0,
+    end: int | None = None,
+    base_position: int = 0,
+    verify_crc: bool = True,
+    headers_only: bool = False,
+    decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX_DEFAULT,
+    arena_bytes_max: int = ARENA_BYTES_MAX_DEFAULT,
+    records_max: int = RECORDS_MAX_DEFAULT,
+    buffers: ScanBuffers | None = None,
+) -> ScanResult:
+    """Scan the batches in `data[start:end]` into arrays.
+
+    Requires `start` to be the first byte of a batch (or `end`) and `0 ≤ start ≤ end ≤ len(data)`;
+    `base_position` is the file position of `data[0]`. With `verify_crc` every batch's stored CRC is checked
+    (and a legacy wrapper's inner messages' CRCs). With `headers_only` records are neither decompressed nor
+    decoded: only the batch arrays are filled. With `buffers` the record arrays live in (and stay owned by)
+    that `ScanBuffers`.
+
+    Ensures every batch in [start_position, end_position) was checked and decoded, and that the scan stopped
+    at `end`, at a torn tail, or at a limit (see the module docstring). The result keeps a view of `data`.
+    Raises `CorruptRecordError` / `UnsupportedFormatError` at the first invalid batch (file positions).
+    """
+    buf = _as_uint8(data)
+    end = len(buf) if end is None else end
+    if not 0 <= start <= end <= len(buf):
+        raise ValueError(f"invalid range [{start}, {end}) of a {len(buf)}-byte buffer")
+    if records_max < 1 or arena_bytes_max < 0:
+        raise ValueError("records_max must be ≥ 1 and arena_bytes_max ≥ 0")
+    info = np.zeros(k.INFO_SIZE, dtype=np.int64)
+
+    # Pass 1: count batches (prefixes only), then read their headers.
+    n = int(k.count_batches(buf, start, end, info))
+    stop = int(info[k.INFO_STOP])
+    torn_tail = bool(info[k.INFO_TORN])
+    torn_batch_bytes = int(info[k.INFO_TORN_BYTES])
+    failure = _Failure(base_position)
+    if info[k.INFO_CODE] != k.OK:
+        failure.kernel(n, info)
+        torn_tail, torn_batch_bytes = False, -1
+    hdr = np.empty((n, k.BATCH_COLUMNS), dtype=np.int64)
+    good = int(k.parse_headers(buf, start, n, hdr, info))
+    if good < n:
+        failure.kernel(good, info)
+    limit = failure.limit(n)
+    limit_reached = False
+
+    if verify_crc and limit:
+        bad = _first_bad_crc(buf, hdr[:limit])
+        if bad is not None:
+            failure.set(bad, _crc_error(hdr[bad], buf, base_position))
+            limit = bad
+    # Fields the CRC covers are checked once the CRC has vouched for them (a flipped byte is a CRC error).
+    good = int(k.check_headers(buf, limit, hdr, info))
+    if good < limit:
+        failure.kernel(good, info)
+        limit = good
+
+    arena = _EMPTY_U8
+    compressed_pos = None  # buffer index of each batch's compressed region, for errors found in the arena
+    if not headers_only and limit:
+        arena, compressed_pos, limit, limit_reached = _decompress_all(
+            buf, hdr, limit, failure, base_position, decompressed_bytes_max, arena_bytes_max
+        )
+        limit = _count_inner(arena, hdr, limit, failure, info, compressed_pos)
+
+    if headers_only:
+        record_start = np.empty(0, dtype=np.int64)
+        records = _empty_records()
+    else:
+        counts = hdr[:limit, k.COL_RECORDS_COUNT]
+        record_start = np.zeros(limit + 1, dtype=np.int64)
+        np.cumsum(counts, out=record_start[1:])
+        if record_start[-1] > records_max and limit > 1:
+            # The first batch whose records would pass the bound ends the scan (keep at least one batch).
+            limit = max(int(np.searchsorted(record_start[1:], records_max, side="right")), 1)
+            record_start = record_start[: limit + 1]
+            failure.drop_from(limit)
+            limit_reached = True
+        n_records = int(record_start[-1])
+        records = _empty_records(n_records) if buffers is None else buffers.records(n_records)
+        done = int(k.walk_records(buf, arena, hdr, limit, record_start, info, *records))
+        if done < limit:
+            failure.kernel(done, info, _arena_region(hdr, done, compressed_pos))
+            limit = done
+        if verify_crc and limit:
+            limit = _verify_inner_crcs(arena, hdr, limit, record_start, records, failure, compressed_pos)
+        if limit < len(record_start) - 1:
+            record_start = record_start[: limit + 1]
+            records = tuple(a[: record_start[-1]] for a in records)
+
+    failure.raise_if_any()
+
+    if limit < n:  # a resource limit ended the scan early
+        stop = int(hdr[limit, k.COL_POSITION])
+        torn_tail, torn_batch_bytes = False, -1
+    hdr = hdr[:limit]
+    magic = hdr[:, k.COL_MAGIC].astype(np.int8)
+    attributes = hdr[:, k.COL_ATTRIBUTES].astype(np.int16)
+    base_timestamp = hdr[:, k.COL_BASE_TIMESTAMP].copy()
+    horizon = (magic >= fmt.MAGIC_V2) & ((attributes & fmt.DELETE_HORIZON_FLAG) != 0)
+    base_offset = hdr[:, k.COL_BASE_OFFSET].copy()
+    records_count = hdr[:, k.COL_RECORDS_COUNT].astype(np.int32)
+    if headers_only:
+        # A wrapper's first inner offset and message count are only known after decompression.
+        wrapper = (magic < fmt.MAGIC_V2) & ((attributes & fmt.COMPRESSION_MASK) != 0)
+        base_offset[wrapper] = -1
+    arena.flags.writeable = False
+    return ScanResult(
+        buffer=buf,
+        arena=arena,
+        base_position=base_position,
+        start_position=base_position + start,
+        end_position=base_position + stop,
+        torn_tail=torn_tail,
+        torn_batch_bytes=torn_batch_bytes,
+        limit_reached=limit_reached,
+        headers_only=headers_only,
+        batch_position=hdr[:, k.COL_POSITION] + base_position,
+        batch_size=hdr[:, k.COL_SIZE].copy(),
+        magic=magic,
+        attributes=attributes,
+        partition_leader_epoch=hdr[:, k.COL_LEADER_EPOCH].astype(np.int32),
+        crc=hdr[:, k.COL_CRC].astype(np.uint32),
+        base_offset=base_offset,
+        last_offset=hdr[:, k.COL_LAST_OFFSET].copy(),
+        base_timestamp=base_timestamp,
+        max_timestamp=hdr[:, k.COL_MAX_TIMESTAMP].copy(),
+        delete_horizon_ms=np.where(horizon, base_timestamp, fmt.NO_TIMESTAMP),
+        producer_id=hdr[:, k.COL_PRODUCER_ID].copy(),
+        producer_epoch=hdr[:, k.COL_PRODUCER_EPOCH].astype(np.int16),
+        base_sequence=hdr[:, k.COL_BASE_SEQUENCE].astype(np.int32),
+        records_count=records_count,
+        record_start=record_start,
+        records_in_arena=hdr[:, k.COL_IN_ARENA].astype(np.bool_),
+        records_pos=hdr[:, k.COL_RECORDS_POS].copy(),
+        records_bytes=hdr[:, k.COL_RECORDS_BYTES].copy(),
+        offset=records[0],
+        timestamp=records[1],
+        key_pos=records[2],
+        key_len=records[3],
+        value_len=records[4],
+        record_pos=records[5],
+        record_size=records[6],
+        batch_index=records[7],
+    )
+
+
+def _empty_records(n: int = 0) -> tuple[np.ndarray, ...]:
+    """Per-record arrays in walk_records' argument order: offset, timestamp, key_pos, key_len, value_len,
+    record_pos, record_size, batch_index."""
+    return (
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int32),
+        np.empty(n, dtype=np.int32),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int32),
+        np.empty(n, dtype=np.int32),
+    )
+
+
+def warm_up() -> None:
+    """Compile (or load from the on-disk cache) every kernel, so the first real scan pays no compile time."""
+    empty_batch = fmt.BATCH_V2.pack(
+        0, fmt.BATCH_LENGTH_MIN_V2, -1, fmt.MAGIC_V2, 0, 0, 0, -1, -1, -1, -1, -1, 0
+    )  # a valid empty v2 batch (CRC not checked)
+    scan(empty_batch, verify_crc=False)
+    info = np.zeros(k.INFO_SIZE, dtype=np.int64)
+    hdr = np.zeros((1, k.BATCH_COLUMNS), dtype=np.int64)
+    k.count_legacy_inner(_EMPTY_U8, hdr, np.zeros(0, dtype=np.int64), info)
+
+
+# ---- stages --------------------------------------------------------------------------------------------------
+
+
+class _Failure:
+    """The first bad batch seen so far and its error; later stages only look at batches before it."""
+
+    def __init__(self, base_position: int) -> None:
+        self.base_position = base_position
+        self.batch: int | None = None
+        self.error: CorruptRecordError | None = None
+
+    def limit(self, n: int) -> int:
+        return n if self.batch is None else min(n, self.batch)
+
+    def set(self, batch: int, error: CorruptRecordError) -> None:
+        if self.batch is None or batch <= self.batch:
+            self.batch, self.error = batch, error
+
+    def drop_from(self, batch: int) -> None:
+        """Forget an error at or after `batch`: a resource limit ended the scan before it."""
+        if self.batch is not None and self.batch >= batch:
+            self.batch, self.error = None, None
+
+    def kernel(self, batch: int, info: np.ndarray, arena_region: tuple[int, int] | None = None) -> None:
+        """Record the kernel error in `info`; `arena_region` = (buffer index of the batch's compressed
+        region, arena index of its decompressed records) when the kernel's position indexes the arena."""
+        self.set(batch, _kernel_error(info, self.base_position, arena_region))
+
+    def raise_if_any(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def _first_bad_crc(buf: np.ndarray, hdr: np.ndarray) -> int | None:
+    """Index of the first batch whose stored CRC does not match its bytes, or None."""
+    view = memoryview(buf)
+    pos = hdr[:, k.COL_POSITION]
+    ends = (pos + hdr[:, k.COL_SIZE]).tolist()
+    v2 = hdr[:, k.COL_MAGIC] == fmt.MAGIC_V2
+    computed = np.empty(len(hdr), dtype=np.int64)
+    crc32c = _crc32c.crc32c
+    if v2.all():
+        starts = (pos + fmt.ATTRIBUTES_OFFSET).tolist()
+        computed[:] = [crc32c(view[a:b]) for a, b in zip(starts, ends)]
+    else:
+        starts = (pos + np.where(v2, fmt.ATTRIBUTES_OFFSET, _LEGACY_CRC_START)).tolist()
+        computed[:] = [
+            crc32c(view[a:b]) if is_v2 else zlib.crc32(view[a:b])
+            for a, b, is_v2 in zip(starts, ends, v2.tolist())
+        ]
+    bad = np.flatnonzero(computed != hdr[:, k.COL_CRC])
+    return int(bad[0]) if len(bad) else None
+
+
+def _crc_error(row: np.ndarray, buf: np.ndarray, base_position: int) -> CorruptRecordError:
+    pos = int(row[k.COL_POSITION])
+    size = int(row[k.COL_SIZE])
+    view = memoryview(buf)
+    if row[k.COL_MAGIC] == fmt.MAGIC_V2:
+        actual = _crc32c.crc32c(view[pos + fmt.ATTRIBUTES_OFFSET : pos + size])
+        name, where = "CRC-32C", pos + fmt.CRC_OFFSET
+    else:
+        actual = zlib.crc32(view[pos + _LEGACY_CRC_START : pos + size])
+        name, where = "CRC-32", pos + fmt.LEGACY_CRC_OFFSET
+    return CorruptRecordError(
+        f"{name} mismatch in the batch at byte {base_position + pos}: stored 0x{int(row[k.COL_CRC]):08x}, "
+        f"computed 0x{actual:08x}",
+        position=base_position + where,
+    )
+
+
+def _decompress_all(buf, hdr, limit, failure, base_position, decompressed_bytes_max, arena_bytes_max):
+    """Decompress the records of every compressed batch before `limit` into one arena.
+
+    Returns (arena, compressed_pos, limit, limit_reached); rows of moved batches now index the arena.
+    """
+    magic = hdr[:limit, k.COL_MAGIC]
+    codec = hdr[:limit, k.COL_ATTRIBUTES] & fmt.COMPRESSION_MASK
+    compressed = np.flatnonzero(codec != fmt.COMPRESSION_NONE)
+    if not len(compressed):
+        return _EMPTY_U8, None, limit, False
+    compressed_pos = hdr[:, k.COL_RECORDS_POS].copy()
+    view = memoryview(buf)
+    parts: list[bytes] = []
+    moved: list[int] = []
+    total = 0
+    limit_reached = False
+    for i in compressed.tolist():
+        pos = int(hdr[i, k.COL_RECORDS_POS])
+        region = view[pos : pos + int(hdr[i, k.COL_RECORDS_BYTES])]
+        try:
+            out = decompress(
+                int(codec[i]),
+                region,
+                position=base_position + pos,
+                magic=int(magic[i]),
+                decompressed_bytes_max=decompressed_bytes_max,
+            )
+        except CorruptRecordError as exc:
+            failure.set(i, exc)
+            limit = i
+            break
+        if total + len(out) > arena_bytes_max and i > 0:
+            failure.drop_from(i)
+            limit, limit_reached = i, True
+            break
+        parts.append(out)
+        moved.append(i)
+        total += len(out)
+    arena = np.empty(total, dtype=np.uint8)
+    at = 0
+    for i, out in zip(moved, parts):
+        arena[at : at + len(out)] = np.frombuffer(out, dtype=np.uint8)
+        hdr[i, k.COL_RECORDS_POS] = at
+        hdr[i, k.COL_RECORDS_BYTES] = len(out)
+        hdr[i, k.COL_IN_ARENA] = 1
+        at += len(out)
+    arena.flags.writeable = False
+    # A v2 batch's count is checked against its bytes before the record arrays are sized by it.
+    rows = hdr[moved]
+    too_many = np.flatnonzero(
+        (rows[:, k.COL_MAGIC] == fmt.MAGIC_V2)
+        & (rows[:, k.COL_RECORDS_COUNT] * k.RECORD_BYTES_MIN > rows[:, k.COL_RECORDS_BYTES])
+    )
+    if len(too_many):
+        i = moved[int(too_many[0])]
+        count, size = int(hdr[i, k.COL_RECORDS_COUNT]), int(hdr[i, k.COL_RECORDS_BYTES])
+        failure.set(
+            i,
+            CorruptRecordError(
+                f"records count {count} cannot fit the {size} decompressed bytes of the batch at byte "
+                f"{base_position + int(hdr[i, k.COL_POSITION])} (a record takes at least "
+                f"{k.RECORD_BYTES_MIN} bytes)",
+                position=base_position + int(hdr[i, k.COL_POSITION]) + fmt.RECORDS_COUNT_OFFSET,
+            ),
+        )
+        limit = min(limit, i)
+    return arena, compressed_pos, limit, limit_reached
+
+
+def _count_inner(arena, hdr, limit, failure, info, compressed_pos) -> int:
+    """Count the inner messages of the legacy wrappers before `limit`; returns the new limit."""
+    wrappers = np.flatnonzero(
+        (hdr[:limit, k.COL_MAGIC] < fmt.MAGIC_V2) & (hdr[:limit, k.COL_IN_ARENA] != 0)
+    ).astype(np.int64)
+    if not len(wrappers):
+        return limit
+    done = int(k.count_legacy_inner(arena, hdr, wrappers, info))
+    if done < len(wrappers):
+        bad = int(wrappers[done])
+        failure.kernel(bad, info, _arena_region(hdr, bad, compressed_pos))
+        return min(limit, bad)
+    return limit
+
+
+def _verify_inner_crcs(arena, hdr, limit, record_start, records, failure, compressed_pos) -> int:
+    """Check the CRC-32 of every inner message of the legacy wrappers before `limit`."""
+    wrappers = np.flatnonzero((hdr[:limit, k.COL_MAGIC] < fmt.MAGIC_V2) & (hdr[:limit, k.COL_IN_ARENA] != 0))
+    if not len(wrappers):
+        return limit
+    view = memoryview(arena)
+    record_pos, record_size = records[5], records[6]
+    for i in wrappers.tolist():
+        for r in range(int(record_start[i]), int(record_start[i + 1])):
+            pos, size = int(record_pos[r]), int(record_size[r])
+            stored = int.from_bytes(view[pos + fmt.LEGACY_CRC_OFFSET : pos + fmt.LEGACY_CRC_OFFSET + 4], "big")
+            actual = zlib.crc32(view[pos + _LEGACY_CRC_START : pos + size])
+            if stored != actual:
+                where = failure.base_position + int(compressed_pos[i])
+                failure.set(
+                    i,
+                    CorruptRecordError(
+                        f"CRC-32 mismatch in inner message {r - int(record_start[i])} of the legacy wrapper at "
+                        f"byte {failure.base_position + int(hdr[i, k.COL_POSITION])} (byte {pos - int(hdr[i, k.COL_RECORDS_POS])} "
+                        f"of its decompressed value): stored 0x{stored:08x}, computed 0x{actual:08x}",
+                        position=where,
+                    ),
+                )
+                return i
+    return limit
+
+
+# ---- kernel error codes → typed exceptions ----------------------------------------------------------------------
+
+_MESSAGES = {
+    k.E_LENGTH_MIN: "declared batch length {d1} is below the minimum {d2}",
+    k.E_MAGIC: "unknown magic {d1}",
+    k.E_V2_LENGTH_MIN: "declared batch length {d1} is below the v2 minimum {d2}",
+    k.E_CODEC: "invalid compression codec {d1} in attributes 0x{d2:04x}",
+    k.E_LAST_OFFSET_DELTA: "negative last offset delta {d1}",
+    k.E_COUNT_NEGATIVE: "negative record count {d1}",
+    k.E_COUNT_SLOTS: "record count {d1} exceeds the {d2}+1 offset slots of the batch",
+    k.E_COUNT_BYTES: "record count {d1} cannot fit the {d2}-byte records region (a record takes at least 7 bytes)",
+    k.E_LEGACY_SIZE_MIN: "legacy message size {d1} (with overhead) is below the minimum {d2}",
+    k.E_LEGACY_CODEC: "invalid legacy compression codec in attributes 0x{d3:02x}",
+    k.E_LEGACY_KEY_LENGTH: "legacy key length is invalid or runs past the message of {d1} bytes",
+    k.E_LEGACY_VALUE_LENGTH: "legacy value length is invalid or runs past the message of {d1} bytes",
+    k.E_LEGACY_TRAILING: "{d2} bytes left in the legacy message after its value",
+    k.E_LEGACY_NULL_WRAPPER: "compressed legacy wrapper has a null value",
+    k.E_LEGACY_INNER_TRUNCATED: "inner message runs past the wrapper's decompressed value ({d1} bytes left, {d2} needed)",
+    k.E_LEGACY_INNER_SIZE_MIN: "inner message size {d1} (with overhead) is below the minimum {d2}",
+    k.E_LEGACY_INNER_MAGIC: "inner message magic {d1} does not match wrapper magic {d2}",
+    k.E_LEGACY_INNER_COMPRESSED: "inner message is compressed (attributes 0x{d1:02x}); nesting is not allowed",
+    k.E_LEGACY_INNER_ORDER: "inner message offset {d1} does not follow offset {d2}",
+    k.E_LEGACY_WRAPPER_OFFSET: "wrapper offset {d1} is below its last inner offset {d2}",
+    k.E_LEGACY_EMPTY_WRAPPER: "compressed legacy wrapper holds no inner messages",
+    k.E_VARINT_TRUNCATED: "varint of record {d1} runs past the record or the batch's declared size",
+    k.E_VARINT_LONG: "varint of record {d1} is too long or does not fit its width",
+    k.E_RECORD_LENGTH: "record {d1} has negative length {d2}",
+    k.E_RECORD_PAST_REGION: "record {d1} of {d2} bytes runs past the batch's declared size ({d3} bytes left)",
+    k.E_RECORD_TOO_SHORT: "record {d1} of {d2} bytes is too short for its attributes",
+    k.E_KEY_LENGTH: "record {d1} has key length {d2}, invalid or past the record ({d3} bytes left)",
+    k.E_VALUE_LENGTH: "record {d1} has value length {d2}, invalid or past the record ({d3} bytes left)",
+    k.E_HEADER_COUNT: "record {d1} has invalid header count {d2} ({d3} bytes left)",
+    k.E_HEADER_KEY_LENGTH: "record {d1} has invalid header key length {d2} ({d3} bytes left)",
+    k.E_HEADER_VALUE_LENGTH: "record {d1} has invalid header value length {d2} ({d3} bytes left)",
+    k.E_RECORD_SIZE: "record {d1} declared {d2} bytes but its fields use {d3}",
+    k.E_OFFSET_DELTA: "record offset delta {d1} does not follow {d2} or is past the last offset delta {d3}",
+    k.E_REGION_TRAILING: "incorrect declared batch size: {d1} bytes left after {d2} records",
+}
+_UNSUPPORTED = {k.E_MAGIC, k.E_CODEC, k.E_LEGACY_CODEC}
+
+
+def _arena_region(hdr: np.ndarray, batch: int, compressed_pos: np.ndarray | None) -> tuple[int, int] | None:
+    if compressed_pos is None or not hdr[batch, k.COL_IN_ARENA]:
+        return None
+    return int(compressed_pos[batch]), int(hdr[batch, k.COL_RECORDS_POS])
+
+
+def _kernel_error(info: np.ndarray, base_position: int, arena_region: tuple[int, int] | None) -> CorruptRecordError:
+    code = int(info[k.INFO_CODE])
+    pos = int(info[k.INFO_POSITION])
+    d1, d2, d3 = (int(x) for x in info[k.INFO_DETAIL : k.INFO_DETAIL + 3])
+    info[: k.INFO_DETAIL + 3] = 0
+    reason = _MESSAGES[code].format(d1=d1, d2=d2, d3=d3)
+    if arena_region is not None:
+        # The kernel's position indexes the arena: report the batch's compressed region instead, and say
+        # where inside the decompressed data the problem is.
+        region_pos, arena_pos = arena_region
+        reason = f"{reason} (at byte {pos - arena_pos} of the batch's decompressed records)"
+        pos = region_pos
+    cls = UnsupportedFormatError if code in _UNSUPPORTED else CorruptRecordError
+    return cls(reason, position=base_position + pos)

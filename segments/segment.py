@@ -1,0 +1,574 @@
+"""One log segment: a `.log` file and its `.index`, `.timeindex` and `.txnindex`.
+
+Owns the files of one segment: appending batches and maintaining the sparse indexes the way Kafka's
+`LogSegment` does, translating an offset or a timestamp to a byte position, reading batches back,
+recovering (re-validating every batch, rebuilding the indexes, cutting a torn tail) and renaming its
+files between the suffix states of the swap protocol (`.cleaned`, `.swap`, `.deleted`).
+
+It does not decide when to roll, which segments exist, or anything about other segments: that is
+`segments.log`. It never spells a byte offset of the format itself: headers are decoded by
+`segments.records` / `segments.legacy`, whole buffers by `segments.scan`.
+
+Torn tail versus corruption (house rule 10): recovery treats an invalid final batch as a torn tail only
+when nothing but that batch (or zero bytes, from preallocation) follows its start; a bad batch that is
+followed by more data is corruption and raises `CorruptRecordError` with the file and position, leaving
+the file untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import format as fmt
+from .errors import CorruptRecordError, TruncatedBatchError
+from .fileio import DEFAULT_FILE_OPS, FileOps
+from .index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries
+from .legacy import decode_legacy_header
+from .records import BatchHeader, RecordBatch, decode_batch, decode_batch_header_fields
+from .txnindex import TransactionIndex
+
+__all__ = ["LogSegment", "SegmentPaths", "segment_paths", "FetchData", "RecoveryResult"]
+
+log = logging.getLogger(__name__)
+
+_READ_CHUNK_BYTES = 8 * 1024 * 1024  # window for whole-file walks (recovery, index rebuild)
+_ZERO_CHECK_CHUNK_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentPaths:
+    log: Path
+    index: Path
+    timeindex: Path
+    txnindex: Path
+
+    def all(self) -> tuple[Path, Path, Path, Path]:
+        return (self.log, self.index, self.timeindex, self.txnindex)
+
+
+def segment_paths(directory: str | os.PathLike, base_offset: int, suffix: str = "") -> SegmentPaths:
+    """The four file paths of the segment at `base_offset`, with an optional state suffix (`.cleaned`...)."""
+    d = Path(directory)
+    return SegmentPaths(
+        log=d / (fmt.offset_file_name(base_offset, fmt.LOG_SUFFIX) + suffix),
+        index=d / (fmt.offset_file_name(base_offset, fmt.INDEX_SUFFIX) + suffix),
+        timeindex=d / (fmt.offset_file_name(base_offset, fmt.TIME_INDEX_SUFFIX) + suffix),
+        txnindex=d / (fmt.offset_file_name(base_offset, fmt.TXN_INDEX_SUFFIX) + suffix),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FetchData:
+    """Bytes of whole batches read from one segment, starting at the batch that holds the target offset."""
+
+    segment_base_offset: int
+    position: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryResult:
+    """What `LogSegment.recover` found: the valid size, bytes cut from the tail, batches validated."""
+
+    valid_bytes: int
+    truncated_bytes: int
+    batches: int
+    next_offset: int
+
+
+def peek_header(buf: bytes | memoryview, pos: int) -> BatchHeader:
+    """The header of the batch (any magic) at `pos`, needing only its header bytes in `buf`."""
+    if pos + fmt.HEADER_SIZE_UP_TO_MAGIC > len(buf):
+        raise TruncatedBatchError("fewer than 17 bytes left", position=pos)
+    magic = buf[pos + fmt.MAGIC_OFFSET]
+    if magic == fmt.MAGIC_V2:
+        return decode_batch_header_fields(buf, pos)
+    return decode_legacy_header(buf, pos)
+
+
+class LogSegment:
+    """A segment's files and the in-memory state needed to append to it and index it.
+
+    Open modes: `writable=True` opens the `.log` for appending (only the partition's writer, or the
+    cleaner for a `.cleaned` segment it is building); otherwise the files are only read.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        base_offset: int,
+        *,
+        suffix: str = "",
+        writable: bool = False,
+        create: bool = False,
+        index_interval_bytes: int = fmt.INDEX_INTERVAL_BYTES_DEFAULT,
+        max_index_bytes: int = fmt.SEGMENT_INDEX_BYTES_DEFAULT,
+        file_ops: FileOps = DEFAULT_FILE_OPS,
+    ) -> None:
+        self.directory = Path(directory)
+        self.base_offset = base_offset
+        self.suffix = suffix
+        self.writable = writable
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_bytes = max_index_bytes
+        self.file_ops = file_ops
+        self.paths = segment_paths(directory, base_offset, suffix)
+        if create:
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL
+        elif writable:
+            flags = os.O_RDWR
+        else:
+            flags = os.O_RDONLY
+        self._fd = os.open(self.paths.log, flags, 0o644)
+        self.size_bytes = os.fstat(self._fd).st_size
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._txn_index: TransactionIndex | None = None
+        # Kafka's append-time indexing state; rebuilt by recover() or load_append_state().
+        self._bytes_since_last_index_entry = 0
+        self._max_timestamp_so_far = fmt.NO_TIMESTAMP
+        self._shallow_offset_of_max_timestamp = base_offset
+        self._next_offset: int | None = None
+        if create:
+            self._next_offset = base_offset
+            # Like Kafka, a new segment has its (empty) offset and time index files from the start.
+            self.offset_index.flush()
+            self.time_index.flush()
+
+    # ---- files ------------------------------------------------------------------------------------
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._offset_index is None:
+            self._offset_index = OffsetIndex(
+                self.paths.index,
+                self.base_offset,
+                max_index_bytes=self.max_index_bytes,
+                file_ops=self.file_ops,
+                read_only=not self.writable,
+            )
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._time_index is None:
+            self._time_index = TimeIndex(
+                self.paths.timeindex,
+                self.base_offset,
+                max_index_bytes=self.max_index_bytes,
+                file_ops=self.file_ops,
+                read_only=not self.writable,
+            )
+        return self._time_index
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        if self._txn_index is None:
+            self._txn_index = TransactionIndex(
+                self.paths.txnindex, self.base_offset, file_ops=self.file_ops, read_only=not self.writable
+            )
+        return self._txn_index
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def refresh_size(self) -> bool:
+        """Re-read the `.log` size of a segment another process may have appended to; True if it changed.
+
+        A read-only object of a segment that was active when it was opened goes stale once its writer
+        appends or rolls. When the size changed, cached indexes and the next offset are dropped so they
+        are read again.
+        """
+        if self.writable:
+            return False
+        size = os.fstat(self._fd).st_size
+        if size == self.size_bytes:
+            return False
+        self.size_bytes = size
+        self._next_offset = None
+        for index in (self._offset_index, self._time_index, self._txn_index):
+            if index is not None:
+                index.close()
+        self._offset_index = self._time_index = self._txn_index = None
+        return True
+
+    def last_modified_ns(self) -> int:
+        return os.stat(self.paths.log).st_mtime_ns
+
+    def set_last_modified_ns(self, mtime_ns: int) -> None:
+        os.utime(self.paths.log, ns=(mtime_ns, mtime_ns))
+
+    # ---- reading ------------------------------------------------------------------------------------
+
+    def pread(self, position: int, size: int) -> bytes:
+        """Up to `size` bytes of the `.log` at `position` (fewer at the end of the file)."""
+        return os.pread(self._fd, size, position)
+
+    def header_at(self, position: int) -> BatchHeader | None:
+        """The header of the batch at `position`, or None if no whole batch starts there (end or torn tail)."""
+        if position + fmt.HEADER_SIZE_UP_TO_MAGIC >= self.size_bytes:
+            return None  # 17 bytes or fewer: not even a torn batch can be told from them
+        head = self.pread(position, fmt.RECORD_BATCH_OVERHEAD)
+        try:
+            if head[fmt.MAGIC_OFFSET] != fmt.MAGIC_V2:
+                size = fmt.PREFIX.unpack_from(head)[1] + fmt.LOG_OVERHEAD
+                head = self.pread(position, size) if size > len(head) else head
+            header = peek_header(head, 0)
+        except TruncatedBatchError:
+            return None
+        except CorruptRecordError as exc:
+            raise exc.located(self.paths.log, position) from None
+        if position + header.size_bytes > self.size_bytes:
+            return None
+        return header
+
+    def iter_headers(self, start_position: int = 0, end_position: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each whole batch from `start_position` (a batch start) to the end."""
+        end = self.size_bytes if end_position is None else min(end_position, self.size_bytes)
+        pos = start_position
+        while pos < end:
+            header = self.header_at(pos)
+            if header is None:
+                return
+            yield pos, header
+            pos += header.size_bytes
+
+    def translate_offset(self, target_offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is ≥ `target_offset`, or None."""
+        _, position = self.offset_index.lookup(target_offset)
+        position = max(position, start_position)
+        for pos, header in self.iter_headers(position):
+            if header.last_offset >= target_offset:
+                return pos, header
+        return None
+
+    def read(self, target_offset: int, max_bytes: int, *, max_position: int | None = None) -> FetchData | None:
+        """Whole batches from the first one whose last offset is ≥ target, up to `max_bytes` (at least one).
+
+        Returns None when no batch in this segment reaches `target_offset`.
+        """
+        found = self.translate_offset(target_offset)
+        if found is None:
+            return None
+        start, first = found
+        end = start + first.size_bytes
+        limit = self.size_bytes if max_position is None else min(max_position, self.size_bytes)
+        for pos, header in self.iter_headers(end, limit):
+            if pos + header.size_bytes - start > max_bytes:
+                break
+            end = pos + header.size_bytes
+        return FetchData(self.base_offset, start, self.pread(start, end - start))
+
+    def batches(self, start_position: int = 0, *, verify_crc: bool = True) -> Iterator[tuple[int, RecordBatch]]:
+        """(position, decoded batch) for every whole batch, any magic (the object path, for tools)."""
+        from .legacy import decode_legacy_entry
+
+        for pos, header in self.iter_headers(start_position):
+            data = self.pread(pos, header.size_bytes)
+            try:
+                if header.magic == fmt.MAGIC_V2:
+                    batch = decode_batch(data, 0, verify_crc=verify_crc)
+                else:
+                    batch = decode_legacy_entry(data, 0, verify_crc=verify_crc)
+            except CorruptRecordError as exc:
+                raise exc.located(self.paths.log, pos) from None
+            yield pos, batch
+
+    def find_offset_by_timestamp(self, timestamp_ms: int, start_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp ≥ `timestamp_ms` at or after `start_offset`."""
+        _, indexed_offset = self.time_index.lookup(timestamp_ms)
+        found = self.translate_offset(max(indexed_offset, start_offset))
+        if found is None:
+            return None
+        for _, batch in self.batches(found[0]):
+            if batch.header.max_timestamp < timestamp_ms:
+                continue
+            for record in batch.records:
+                if record.timestamp >= timestamp_ms and record.offset >= start_offset:
+                    return record.offset, record.timestamp
+        return None
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch (base offset for an empty segment). Cached once known."""
+        if self._next_offset is None:
+            _, position = self.offset_index.lookup(2**63 - 1)
+            last = None
+            for _, header in self.iter_headers(position):
+                last = header
+            if last is None and position > 0:
+                for _, header in self.iter_headers(0):
+                    last = header
+            self._next_offset = self.base_offset if last is None else last.next_offset
+        return self._next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest batch max timestamp seen in this segment (from the time index when not appended to)."""
+        if self._max_timestamp_so_far == fmt.NO_TIMESTAMP:
+            ts, _ = self.time_index.last_entry
+            return ts
+        return self._max_timestamp_so_far
+
+    # ---- appending -----------------------------------------------------------------------------------
+
+    def load_append_state(self) -> None:
+        """Rebuild Kafka's append-time state (bytes since the last index entry, max timestamp so far).
+
+        Needed before appending to an existing segment; `recover()` also sets it.
+        """
+        last_indexed_position = self.offset_index.lookup(2**63 - 1)[1] if self.offset_index.entries else 0
+        ts, offset = self.time_index.last_entry
+        self._max_timestamp_so_far, self._shallow_offset_of_max_timestamp = ts, offset
+        start = last_indexed_position
+        last_start = start
+        for pos, header in self.iter_headers(start):
+            last_start = pos
+            if header.max_timestamp > self._max_timestamp_so_far:
+                self._max_timestamp_so_far = header.max_timestamp
+                self._shallow_offset_of_max_timestamp = header.last_offset
+            self._next_offset = header.next_offset
+        # Bytes appended since the last index entry (Kafka counts whole appends; batches are our unit).
+        self._bytes_since_last_index_entry = self.size_bytes - last_indexed_position if last_start else self.size_bytes
+        if self._next_offset is None:
+            self._next_offset = self.base_offset
+
+    def append(self, data: bytes | memoryview, *, largest_offset: int, max_timestamp: int, shallow_offset: int) -> int:
+        """Append whole batches (already carrying their final offsets); returns the position written at.
+
+        Mirrors Kafka's LogSegment.append: an offset-index and time-index entry (largest offset of this
+        append, its start position) are added when more than `index.interval.bytes` were appended since
+        the last entry. Requires a writable segment and offsets that fit the segment's relative range.
+        """
+        assert self.writable, f"{self.paths.log} is not open for writing"
+        if not 0 <= largest_offset - self.base_offset <= fmt.RELATIVE_OFFSET_MAX:
+            raise ValueError(f"offset {largest_offset} does not fit segment {self.base_offset}")
+        position = self.size_bytes
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self._fd, view, position + (len(data) - len(view)))
+            view = view[written:]
+        self.size_bytes += len(data)
+        if max_timestamp > self._max_timestamp_so_far:
+            self._max_timestamp_so_far = max_timestamp
+            self._shallow_offset_of_max_timestamp = shallow_offset
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(largest_offset, position)
+            self.time_index.maybe_append(self._max_timestamp_so_far, self._shallow_offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += len(data)
+        self._next_offset = largest_offset + 1
+        return position
+
+    def index_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def finalise(self) -> None:
+        """Make the segment inactive: final time-index entry, flush and fsync every file.
+
+        Called when the segment is rolled, when the cleaner finishes a `.cleaned` segment, and on close.
+        """
+        if self._max_timestamp_so_far != fmt.NO_TIMESTAMP:
+            self.time_index.maybe_append(
+                self._max_timestamp_so_far, self._shallow_offset_of_max_timestamp, skip_full_check=True
+            )
+        self.offset_index.flush()  # both index files exist once a segment is final, even if empty
+        self.flush()
+
+    def flush(self) -> None:
+        """fsync the log and flush+fsync the indexes that were touched."""
+        if self.writable:
+            self.file_ops.fsync_fd(self._fd)
+        for index in (self._offset_index, self._time_index, self._txn_index):
+            if index is not None:
+                index.flush()
+                if self.writable:
+                    index.fsync()
+
+    # ---- recovery ------------------------------------------------------------------------------------
+
+    def recover(self, *, tail_may_be_torn: bool) -> RecoveryResult:
+        """Validate every batch (CRC, framing, records), rebuild the offset and time indexes, cut a torn tail.
+
+        The rebuilt indexes follow Kafka's canonical rule (`LogSegment.recover`). `tail_may_be_torn` is
+        true only for the active segment recovered by its writer: then an invalid final batch that is
+        a torn tail is cut off (the segment must be writable). Otherwise, and for any invalid batch that
+        is not a torn tail, raises `CorruptRecordError` (file and position) and changes nothing.
+        """
+        from .scan import scan as scan_buffer
+
+        positions: list[np.ndarray] = []
+        last_offsets: list[np.ndarray] = []
+        max_timestamps: list[np.ndarray] = []
+        pos = 0
+        batches = 0
+        failure: CorruptRecordError | None = None
+
+        def take(result) -> None:
+            positions.append(result.batch_position.copy())
+            last_offsets.append(result.last_offset.copy())
+            max_timestamps.append(result.max_timestamp.copy())
+
+        while pos < self.size_bytes:
+            chunk = self.pread(pos, min(_READ_CHUNK_BYTES, self.size_bytes - pos))
+            try:
+                result = scan_buffer(chunk, base_position=pos, verify_crc=True)
+                if result.n_batches == 0:
+                    # No whole batch in the window: one batch larger than the window, or the tail.
+                    header = self.header_at(pos)
+                    if header is None:
+                        break
+                    chunk = self.pread(pos, header.size_bytes)
+                    result = scan_buffer(chunk, base_position=pos, verify_crc=True)
+            except CorruptRecordError as exc:
+                failure = exc.located(self.paths.log, 0)
+                bad_start = self._batch_start_containing(pos, failure.position)
+                if bad_start > pos:
+                    valid = scan_buffer(chunk[: bad_start - pos], base_position=pos, verify_crc=True)
+                    take(valid)
+                    batches += valid.n_batches
+                pos = bad_start
+                break
+            take(result)
+            batches += result.n_batches
+            pos = result.end_position
+        valid_bytes = pos
+        if valid_bytes < self.size_bytes:
+            if not tail_may_be_torn:
+                raise failure or CorruptRecordError(
+                    f"incomplete batch at the end of an inactive segment ({self.size_bytes - valid_bytes} bytes)",
+                    position=valid_bytes,
+                    path=self.paths.log,
+                )
+            if failure is not None and not self._is_torn_tail(valid_bytes):
+                raise failure
+        batch_positions = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+        batch_last = np.concatenate(last_offsets) if last_offsets else np.zeros(0, np.int64)
+        batch_max_ts = np.concatenate(max_timestamps) if max_timestamps else np.zeros(0, np.int64)
+        truncated = self.size_bytes - valid_bytes
+        if truncated:
+            assert self.writable, f"{self.paths.log}: truncating needs a writable segment"
+            log.warning("truncating torn tail path=%s position=%d bytes=%d", self.paths.log, valid_bytes, truncated)
+            os.ftruncate(self._fd, valid_bytes)
+            self.size_bytes = valid_bytes
+        self.rebuild_indexes(batch_positions, batch_last, batch_max_ts, write=self.writable)
+        # Append state, as after Kafka's recover: the last indexed position and the max timestamp.
+        if len(batch_positions):
+            self._next_offset = int(batch_last[-1]) + 1
+            i = int(np.argmax(batch_max_ts))
+            self._max_timestamp_so_far = int(batch_max_ts[i])
+            self._shallow_offset_of_max_timestamp = int(batch_last[i])
+            offsets, idx_positions = build_offset_index_entries(batch_positions, batch_last, self.index_interval_bytes)
+            last_indexed = int(idx_positions[-1]) if len(idx_positions) else 0
+            self._bytes_since_last_index_entry = valid_bytes - last_indexed
+        else:
+            self._next_offset = self.base_offset
+            self._bytes_since_last_index_entry = 0
+        return RecoveryResult(valid_bytes, truncated, batches, self._next_offset)
+
+    def _batch_start_containing(self, start: int, position: int) -> int:
+        """The start of the batch (walking headers from `start`) whose bytes include `position`."""
+        pos = start
+        while True:
+            try:
+                header = self.header_at(pos)
+            except CorruptRecordError:
+                return pos
+            if header is None or pos + header.size_bytes > position:
+                return pos
+            pos += header.size_bytes
+
+    def _is_torn_tail(self, position: int) -> bool:
+        """True if the invalid batch starting at `position` is the last thing in the file.
+
+        That is: its declared size reaches the end of the file (a write cut short), or only zero
+        bytes follow its start (preallocated or never-written space).
+        """
+        prefix = self.pread(position, fmt.LOG_OVERHEAD)
+        if len(prefix) < fmt.LOG_OVERHEAD:
+            return True
+        _, length = fmt.PREFIX.unpack(prefix)
+        if length >= 0 and position + fmt.LOG_OVERHEAD + length >= self.size_bytes:
+            return True
+        pos = position
+        while pos < self.size_bytes:
+            chunk = self.pread(pos, min(_ZERO_CHECK_CHUNK_BYTES, self.size_bytes - pos))
+            if chunk.count(0) != len(chunk):
+                return False
+            pos += len(chunk)
+        return True
+
+    def rebuild_indexes(
+        self, batch_positions: np.ndarray, batch_last_offsets: np.ndarray, batch_max_timestamps: np.ndarray, *, write: bool
+    ) -> None:
+        """Replace both indexes with Kafka's canonical build over the given batches."""
+        offsets, positions = build_offset_index_entries(batch_positions, batch_last_offsets, self.index_interval_bytes)
+        ts, ts_offsets = build_time_index_entries(
+            batch_positions, batch_last_offsets, batch_max_timestamps, self.index_interval_bytes
+        )
+        self.offset_index.reset()
+        self.time_index.reset()
+        for o, p in zip(offsets.tolist(), positions.tolist()):
+            self.offset_index.append(o, p)
+        for t, o in zip(ts.tolist(), ts_offsets.tolist()):
+            self.time_index.maybe_append(t, o)
+        if write:
+            self.offset_index.flush()
+            self.time_index.flush()
+
+    # ---- lifecycle -----------------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose base offset is ≥ `offset`; returns the new size in bytes."""
+        assert self.writable
+        found = self.translate_offset(offset)
+        if found is None:
+            return self.size_bytes
+        pos, header = found
+        if header.base_offset < offset:
+            pos += header.size_bytes
+        os.ftruncate(self._fd, pos)
+        self.size_bytes = pos
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self._next_offset = None
+        return pos
+
+    def change_suffix(self, new_suffix: str) -> None:
+        """Rename every existing file of this segment from the current suffix to `new_suffix` (log first)."""
+        new_paths = segment_paths(self.directory, self.base_offset, new_suffix)
+        self.file_ops.rename(self.paths.log, new_paths.log)
+        if self._offset_index is not None or self.paths.index.exists():
+            self.offset_index.rename_to(new_paths.index)
+        if self._time_index is not None or self.paths.timeindex.exists():
+            self.time_index.rename_to(new_paths.timeindex)
+        if self.paths.txnindex.exists() or self._txn_index is not None:
+            self.txn_index.rename_to(new_paths.txnindex)
+        self.paths = new_paths
+        self.suffix = new_suffix
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            for index in (self._offset_index, self._time_index, self._txn_index):
+                if index is not None:
+                    index.close()
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete_files(self) -> None:
+        """Close and remove every file of this segment (with its current suffix)."""
+        self.close()
+        for path in self.paths.all():
+            self.file_ops.remove(path)
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.paths.log}, size={self.size_bytes})"

@@ -1,0 +1,337 @@
+"""Read-only verification of log directories, partition directories and segment files.
+
+Owns the checks behind `logcleaner verify`: every batch's CRC and framing (records included), offsets
+strictly increasing within and across segments and inside each segment's relative range, indexes
+consistent with the log (sanity and every entry pointing at a batch start whose predecessor ends before
+the entry's offset; the time index ending with the segment's max timestamp), transaction indexes,
+readable checkpoints, and no leftover temporary files (`.cleaned`, `.swap`, `.deleted`, `.tmp`).
+
+It never writes, creates or renames anything. Each problem is one `Problem` naming the file and the
+byte position. A missing `.index`/`.timeindex` is not a problem (open rebuilds them, as Kafka does).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import format as fmt
+from .checkpoint import read_offset_checkpoint
+from .errors import CheckpointError, CorruptIndexError, CorruptRecordError
+from .recovery import parse_segment_file_name
+
+__all__ = ["Problem", "VerifySummary", "verify_paths"]
+
+_READ_CHUNK_BYTES = 8 * 1024 * 1024
+_ROOT_CHECKPOINTS = (
+    "cleaner-offset-checkpoint",
+    "recovery-point-offset-checkpoint",
+    "replication-offset-checkpoint",
+    "log-start-offset-checkpoint",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    path: str
+    position: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: byte {self.position}: {self.reason}"
+
+
+@dataclass(slots=True)
+class VerifySummary:
+    """Counts of what was checked, and the problems found."""
+
+    partitions: int = 0
+    segments: int = 0
+    batches: int = 0
+    records: int = 0
+    bytes: int = 0
+    problems: list[Problem] = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.problems is None:
+            self.problems = []
+
+
+@dataclass(frozen=True, slots=True)
+class _SegmentScan:
+    positions: np.ndarray
+    base_offsets: np.ndarray
+    last_offsets: np.ndarray
+    max_timestamps: np.ndarray
+    records: int
+    valid_bytes: int
+
+
+def verify_paths(paths: list[str | os.PathLike]) -> VerifySummary:
+    """Verify each path: a log dir (its partition dirs), a partition dir, or one `.log`/index file."""
+    summary = VerifySummary()
+    for path in paths:
+        path = Path(path)
+        if path.is_dir():
+            if any(parse_segment_file_name(n) for n in os.listdir(path)):
+                _verify_partition(path, summary)
+            else:
+                _verify_checkpoints(path, summary)
+                for child in sorted(path.iterdir()):
+                    if child.is_dir() and any(parse_segment_file_name(n) for n in os.listdir(child)):
+                        _verify_partition(child, summary)
+        elif path.is_file():
+            _verify_file(path, summary)
+        else:
+            summary.problems.append(Problem(str(path), 0, "no such file or directory"))
+    return summary
+
+
+def _verify_checkpoints(root: Path, summary: VerifySummary) -> None:
+    for name in _ROOT_CHECKPOINTS:
+        try:
+            read_offset_checkpoint(root / name)
+        except CheckpointError as exc:
+            summary.problems.append(Problem(exc.path, 0, f"line {exc.line}: {exc.reason}"))
+        if (root / (name + ".tmp")).exists():
+            summary.problems.append(Problem(str(root / (name + ".tmp")), 0, "leftover temporary checkpoint file"))
+
+
+def _verify_file(path: Path, summary: VerifySummary) -> None:
+    parsed = parse_segment_file_name(path.name)
+    if parsed is None:
+        summary.problems.append(Problem(str(path), 0, "not a segment file name (<20-digit offset>.<kind>)"))
+        return
+    if parsed.kind == fmt.LOG_SUFFIX:
+        summary.segments += 1
+        scan = _scan_log(path, summary, allow_torn_tail=False)
+        if scan is not None:
+            _check_batch_offsets(path, parsed.offset, scan, None, summary)
+    elif parsed.kind in (fmt.INDEX_SUFFIX, fmt.TIME_INDEX_SUFFIX):
+        log_path = path.with_name(fmt.offset_file_name(parsed.offset, fmt.LOG_SUFFIX))
+        scan = _scan_log(log_path, VerifySummary(), allow_torn_tail=True) if log_path.exists() else None
+        _check_indexes(path.parent, parsed.offset, scan, summary, only=parsed.kind, is_active=False)
+    elif parsed.kind == fmt.TXN_INDEX_SUFFIX:
+        _check_txn_index(path, parsed.offset, summary)
+
+
+def _verify_partition(directory: Path, summary: VerifySummary) -> None:
+    summary.partitions += 1
+    names = sorted(os.listdir(directory))
+    bases = []
+    for name in names:
+        if name.endswith(".tmp"):
+            summary.problems.append(Problem(str(directory / name), 0, "leftover temporary file"))
+        parsed = parse_segment_file_name(name)
+        if parsed is None:
+            continue
+        if parsed.state:
+            summary.problems.append(
+                Problem(str(directory / name), 0, f"leftover {parsed.state} file of an interrupted clean or swap")
+            )
+        elif parsed.kind == fmt.LOG_SUFFIX:
+            bases.append(parsed.offset)
+    bases.sort()
+    previous_next = None
+    for i, base in enumerate(bases):
+        path = directory / fmt.offset_file_name(base, fmt.LOG_SUFFIX)
+        is_active = i == len(bases) - 1
+        summary.segments += 1
+        scan = _scan_log(path, summary, allow_torn_tail=False)
+        if scan is None:
+            previous_next = None
+            continue
+        _check_batch_offsets(path, base, scan, previous_next, summary)
+        if len(scan.last_offsets):
+            previous_next = int(scan.last_offsets[-1]) + 1
+        elif previous_next is not None:
+            previous_next = max(previous_next, base)
+        _check_indexes(directory, base, scan, summary, only=None, is_active=is_active)
+        txn = directory / fmt.offset_file_name(base, fmt.TXN_INDEX_SUFFIX)
+        if txn.exists():
+            _check_txn_index(txn, base, summary)
+
+
+def _scan_log(path: Path, summary: VerifySummary, *, allow_torn_tail: bool) -> _SegmentScan | None:
+    """Scan a whole `.log` in bounded windows, validating every batch; None after a problem."""
+    from .scan import scan as scan_buffer
+
+    size = path.stat().st_size
+    positions, bases, lasts, max_ts = [], [], [], []
+    records = 0
+    pos = 0
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        while pos < size:
+            window = os.pread(fd, min(_READ_CHUNK_BYTES, size - pos), pos)
+            try:
+                result = scan_buffer(window, base_position=pos, verify_crc=True)
+                if result.n_batches == 0 and size - pos > fmt.HEADER_SIZE_UP_TO_MAGIC:
+                    _, length = fmt.PREFIX.unpack_from(window)
+                    if length >= 0 and pos + length + fmt.LOG_OVERHEAD <= size and length + fmt.LOG_OVERHEAD > len(window):
+                        window = os.pread(fd, length + fmt.LOG_OVERHEAD, pos)
+                        result = scan_buffer(window, base_position=pos, verify_crc=True)
+            except CorruptRecordError as exc:
+                summary.problems.append(Problem(str(path), exc.position, exc.reason))
+                return None
+            if result.n_batches == 0:
+                break
+            positions.append(result.batch_position.copy())
+            bases.append(result.base_offset.copy())
+            lasts.append(result.last_offset.copy())
+            max_ts.append(result.max_timestamp.copy())
+            records += result.n_records
+            pos = result.end_position
+    if pos < size and not allow_torn_tail:
+        summary.problems.append(
+            Problem(str(path), pos, f"incomplete batch at the end of the file ({size - pos} bytes; a torn tail)")
+        )
+    cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
+    scan = _SegmentScan(cat(positions), cat(bases), cat(lasts), cat(max_ts), records, pos)
+    summary.batches += len(scan.positions)
+    summary.records += records
+    summary.bytes += size
+    return scan
+
+
+def _check_batch_offsets(path: Path, base: int, scan: _SegmentScan, previous_next: int | None, summary: VerifySummary) -> None:
+    if not len(scan.positions):
+        return
+    if scan.base_offsets[0] < base:
+        summary.problems.append(
+            Problem(str(path), int(scan.positions[0]), f"batch offset {int(scan.base_offsets[0])} is below the segment base {base}")
+        )
+    if previous_next is not None and scan.base_offsets[0] < previous_next:
+        summary.problems.append(
+            Problem(
+                str(path), int(scan.positions[0]),
+                f"batch offset {int(scan.base_offsets[0])} overlaps the previous segment, which ends at {previous_next - 1}",
+            )
+        )
+    bad = np.nonzero(scan.base_offsets[1:] <= scan.last_offsets[:-1])[0]
+    for i in bad[:10].tolist():
+        summary.problems.append(
+            Problem(
+                str(path), int(scan.positions[i + 1]),
+                f"batch base offset {int(scan.base_offsets[i + 1])} does not follow the previous batch's last offset "
+                f"{int(scan.last_offsets[i])}",
+            )
+        )
+    too_far = np.nonzero(scan.last_offsets - base > fmt.RELATIVE_OFFSET_MAX)[0]
+    if len(too_far):
+        i = int(too_far[0])
+        summary.problems.append(
+            Problem(str(path), int(scan.positions[i]), f"offset {int(scan.last_offsets[i])} is beyond 2^31-1 of base {base}")
+        )
+
+
+def _check_indexes(directory: Path, base: int, scan: _SegmentScan | None, summary: VerifySummary, *, only: str | None, is_active: bool) -> None:
+    from .index import OffsetIndex, TimeIndex
+
+    index_path = directory / fmt.offset_file_name(base, fmt.INDEX_SUFFIX)
+    time_path = directory / fmt.offset_file_name(base, fmt.TIME_INDEX_SUFFIX)
+    log_size = scan.valid_bytes if scan is not None else None
+    if only in (None, fmt.INDEX_SUFFIX) and index_path.exists():
+        index = OffsetIndex(index_path, base, read_only=True)
+        if is_active:
+            index.truncate_to_entries(_entries_before_preallocation(index_path, fmt.OFFSET_INDEX_ENTRY.size))
+        try:
+            try:
+                index.sanity_check(log_size)
+            except CorruptIndexError as exc:
+                summary.problems.append(Problem(exc.path, exc.position, exc.reason))
+            else:
+                if scan is not None:
+                    _check_offset_entries(index_path, index, scan, summary)
+        finally:
+            index.close()
+    if only in (None, fmt.TIME_INDEX_SUFFIX) and time_path.exists():
+        index = TimeIndex(time_path, base, read_only=True)
+        if is_active:
+            index.truncate_to_entries(_entries_before_preallocation(time_path, fmt.TIME_INDEX_ENTRY.size))
+        try:
+            try:
+                index.sanity_check()
+            except CorruptIndexError as exc:
+                summary.problems.append(Problem(exc.path, exc.position, exc.reason))
+            else:
+                if scan is not None:
+                    _check_time_entries(time_path, index, scan, summary, is_active=is_active)
+        finally:
+            index.close()
+
+
+def _entries_before_preallocation(path: Path, entry_bytes: int) -> int:
+    """Entries before the trailing all-zero slots of an index Kafka preallocated for its active segment.
+
+    Kafka trims those slots when the segment stops being active; until then (or after an unclean stop)
+    they are expected in the active segment's index files, and open rebuilds such an index.
+    """
+    data = np.fromfile(path, dtype=np.uint8)
+    whole = len(data) - len(data) % entry_bytes
+    rows = data[:whole].reshape(-1, entry_bytes)
+    nonzero = np.nonzero(rows.any(axis=1))[0]
+    return int(nonzero[-1]) + 1 if len(nonzero) else 0
+
+
+def _check_offset_entries(path: Path, index, scan: _SegmentScan, summary: VerifySummary) -> None:
+    entry_size = fmt.OFFSET_INDEX_ENTRY.size
+    for i in range(index.entries):
+        offset, position = index.entry(i)
+        j = int(np.searchsorted(scan.positions, position))
+        if j >= len(scan.positions) or scan.positions[j] != position:
+            summary.problems.append(Problem(str(path), i * entry_size, f"entry ({offset}, {position}) does not point at a batch start"))
+            return
+        if j > 0 and scan.last_offsets[j - 1] >= offset:
+            summary.problems.append(
+                Problem(str(path), i * entry_size, f"entry offset {offset} is not past the batch before position {position}")
+            )
+            return
+        if offset > scan.last_offsets[-1]:
+            summary.problems.append(Problem(str(path), i * entry_size, f"entry offset {offset} is past the segment's last offset"))
+            return
+
+
+def _check_time_entries(path: Path, index, scan: _SegmentScan, summary: VerifySummary, *, is_active: bool) -> None:
+    entry_size = fmt.TIME_INDEX_ENTRY.size
+    if not len(scan.positions):
+        return
+    segment_max = int(scan.max_timestamps.max())
+    last_offset = int(scan.last_offsets[-1])
+    for i in range(index.entries):
+        ts, offset = index.entry(i)
+        if ts > segment_max or offset > last_offset:
+            summary.problems.append(
+                Problem(str(path), i * entry_size, f"entry ({ts}, {offset}) is past the segment's max timestamp or last offset")
+            )
+            return
+    if not is_active and segment_max >= 0:
+        last_ts = index.last_entry[0] if index.entries else fmt.NO_TIMESTAMP
+        if last_ts != segment_max:
+            summary.problems.append(
+                Problem(
+                    str(path), max(0, index.entries - 1) * entry_size,
+                    f"last entry's timestamp {last_ts} is not the segment's max timestamp {segment_max}",
+                )
+            )
+
+
+def _check_txn_index(path: Path, base: int, summary: VerifySummary) -> None:
+    from .txnindex import TransactionIndex
+
+    index = TransactionIndex(path, base, read_only=True)
+    try:
+        index.sanity_check()
+    except CorruptIndexError as exc:
+        summary.problems.append(Problem(exc.path, exc.position, exc.reason))
+    finally:
+        index.close()
+
+
+def iter_problem_lines(summary: VerifySummary) -> Iterator[str]:
+    for problem in summary.problems:
+        yield str(problem)

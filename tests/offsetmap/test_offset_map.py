@@ -1,0 +1,390 @@
+"""Behaviour of OffsetMap: Kafka's SkimpyOffsetMap semantics, the fill limit, memory, seeds and errors."""
+
+from __future__ import annotations
+
+import math
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from offsetmap import (
+    BYTES_PER_SLOT,
+    KeySpanError,
+    OffsetMap,
+    OffsetMapConfigError,
+    OffsetMapFullError,
+    OffsetMapInputError,
+    OffsetOrderError,
+    hash_key,
+    memory_bytes_for_keys,
+)
+
+
+def random_hashes(count: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (
+        rng.integers(0, 2**64, size=count, dtype=np.uint64),
+        rng.integers(0, 2**64, size=count, dtype=np.uint64),
+    )
+
+
+def hashes_of(keys: list[bytes], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    pairs = [hash_key(k, seed) for k in keys]
+    return np.array([p[0] for p in pairs], dtype=np.uint64), np.array([p[1] for p in pairs], dtype=np.uint64)
+
+
+# ------------------------------------------------------------------------------------ Kafka semantics
+
+
+def test_put_overwrites_known_key_and_get_returns_minus_one_for_unknown():
+    m = OffsetMap(memory_bytes_for_keys(10))
+    m.put(b"a", 5)
+    m.put(b"b", 6)
+    m.put(b"a", 9)
+    assert (m.get(b"a"), m.get(b"b"), m.get(b"c")) == (9, 6, -1)
+    assert m.size == 2
+    assert m.latest_offset == 9
+
+
+def test_bulk_insert_last_write_wins_for_repeated_key_in_one_call():
+    m = OffsetMap(memory_bytes_for_keys(100))
+    keys = [b"x", b"y", b"x", b"z", b"x", b"y"]
+    h1, h2 = hashes_of(keys, m.seed)
+    assert m.insert_hashes(h1, h2, np.array([10, 11, 12, 13, 14, 15])) == 6
+    assert [m.get(k) for k in (b"x", b"y", b"z")] == [14, 15, 13]
+    assert m.size == 3
+    assert m.latest_offset == 15
+
+
+def test_equal_offsets_are_accepted_within_and_across_calls():
+    m = OffsetMap(memory_bytes_for_keys(10))
+    h1, h2 = hashes_of([b"a", b"b"], m.seed)
+    assert m.insert_hashes(h1, h2, np.array([4, 4])) == 2
+    m.put(b"c", 4)
+    assert [m.get(k) for k in (b"a", b"b", b"c")] == [4, 4, 4]
+
+
+def test_identical_hashes_are_the_same_key_as_kafka_treats_digest_collisions():
+    m = OffsetMap(memory_bytes_for_keys(10))
+    h1 = np.array([7, 7], dtype=np.uint64)
+    h2 = np.array([8, 8], dtype=np.uint64)
+    m.insert_hashes(h1, h2, np.array([1, 2]))
+    assert m.size == 1
+    assert m.lookup_hashes(h1[:1], h2[:1]).tolist() == [2]
+
+
+def test_hash_zero_zero_is_an_ordinary_key_not_the_empty_marker():
+    m = OffsetMap(memory_bytes_for_keys(10))
+    zero = np.zeros(1, dtype=np.uint64)
+    assert m.lookup_hashes(zero, zero).tolist() == [-1]
+    m.insert_hashes(zero, zero, np.array([3]))
+    assert m.lookup_hashes(zero, zero).tolist() == [3]
+    assert m.size == 1
+
+
+def test_int64_hash_words_are_read_bit_for_bit():
+    m = OffsetMap(memory_bytes_for_keys(10))
+    h1, h2 = random_hashes(3)
+    m.insert_hashes(h1.view(np.int64), h2.view(np.int64), np.array([1, 2, 3]))
+    assert m.lookup_hashes(h1, h2).tolist() == [1, 2, 3]
+
+
+def test_advance_latest_offset_moves_forward_only():
+    m = OffsetMap(memory_bytes_for_keys(10))
+    m.put(b"a", 3)
+    m.advance_latest_offset(10)
+    assert m.latest_offset == 10
+    with pytest.raises(OffsetOrderError) as caught:
+        m.put(b"b", 9)
+    assert (caught.value.offset, caught.value.offset_min) == (9, 10)
+    with pytest.raises(OffsetOrderError):
+        m.advance_latest_offset(9)
+    assert m.latest_offset == 10 and m.get(b"b") == -1
+
+
+# ------------------------------------------------------------------------------------ fill limit
+
+
+def test_bulk_insert_stops_at_fill_limit_and_reports_progress():
+    m = OffsetMap(20 * BYTES_PER_SLOT, load_factor=0.5)  # 20 slots, capacity 10
+    assert m.capacity == 10
+    keys = [b"k%d" % i for i in range(15)]
+    h1, h2 = hashes_of(keys, m.seed)
+    offsets = np.arange(100, 115)
+    consumed = m.insert_hashes(h1, h2, offsets)
+    assert consumed == 10
+    assert m.size == 10
+    assert m.latest_offset == 109
+    assert m.lookup_hashes(h1, h2).tolist() == list(range(100, 110)) + [-1] * 5
+    # The next round, after clear(), continues from the first entry not consumed.
+    m.clear()
+    assert m.insert_hashes(h1[consumed:], h2[consumed:], offsets[consumed:]) == 5
+    assert m.latest_offset == 114
+
+
+def test_reinserting_known_key_never_counts_against_limit():
+    m = OffsetMap(10 * BYTES_PER_SLOT, load_factor=0.5)  # capacity 5
+    known = [b"a", b"b", b"c", b"d", b"e"]
+    h1, h2 = hashes_of(known, m.seed)
+    assert m.insert_hashes(h1, h2, np.arange(5)) == 5
+    # Full: every entry of a known key is still consumed; the first new key stops the call.
+    stream = [b"c", b"a", b"e", b"a", b"new", b"b"]
+    s1, s2 = hashes_of(stream, m.seed)
+    assert m.insert_hashes(s1, s2, np.arange(10, 16)) == 4
+    assert [m.get(k) for k in known] == [13, 1, 10, 3, 12]
+    assert m.get(b"new") == -1
+    assert m.size == 5 and m.latest_offset == 13
+    m.put(b"d", 20)  # a single put of a known key at the limit succeeds too
+    assert m.get(b"d") == 20
+
+
+def test_put_of_new_key_at_fill_limit_raises_and_changes_nothing():
+    m = OffsetMap(4 * BYTES_PER_SLOT, load_factor=0.5)  # capacity 2
+    m.put(b"a", 1)
+    m.put(b"b", 2)
+    with pytest.raises(OffsetMapFullError) as caught:
+        m.put(b"c", 3)
+    assert (caught.value.size, caught.value.capacity) == (2, 2)
+    assert (m.size, m.latest_offset, m.get(b"c")) == (2, 2, -1)
+
+
+def test_map_filled_to_every_slot_still_answers_hits_and_misses():
+    slots = 37  # four whole buckets and a short tail bucket of five slots
+    m = OffsetMap(slots * BYTES_PER_SLOT, load_factor=1.0)
+    h1, h2 = random_hashes(slots + 5, seed=3)
+    assert m.insert_hashes(h1, h2, np.arange(slots + 5)) == slots
+    assert m.utilization == 1.0
+    assert m.lookup_hashes(h1, h2).tolist() == list(range(slots)) + [-1] * 5
+
+
+def test_keys_whose_candidate_buckets_are_full_overflow_and_stay_findable():
+    m = OffsetMap(64 * BYTES_PER_SLOT, load_factor=1.0)  # 8 buckets of 8 slots
+    # High 32 bits of both words zero: both candidate buckets are bucket 0 for all 30 keys, so 22 of them
+    # must overflow into the following buckets.
+    crowd1 = np.arange(1, 31, dtype=np.uint64)
+    crowd2 = np.arange(101, 131, dtype=np.uint64)
+    assert m.insert_hashes(crowd1, crowd2, np.arange(30)) == 30
+    others1, others2 = random_hashes(34, seed=5)
+    assert m.insert_hashes(others1, others2, np.arange(30, 64)) == 34
+    assert m.lookup_hashes(crowd1, crowd2).tolist() == list(range(30))
+    assert m.lookup_hashes(others1, others2).tolist() == list(range(30, 64))
+    absent1 = np.arange(500, 520, dtype=np.uint64)  # also crowding bucket 0: walks the whole chain
+    assert m.lookup_hashes(absent1, absent1).tolist() == [-1] * 20
+    # Overwrites of overflowed keys land on the same entries.
+    m.insert_hashes(crowd1[::-1], crowd2[::-1], np.arange(64, 94))
+    assert m.lookup_hashes(crowd1, crowd2).tolist() == list(range(93, 63, -1))
+    assert m.size == 64
+
+
+# ------------------------------------------------------------------------------------ spans
+
+
+def test_insert_key_spans_skips_null_keys_but_consumes_them():
+    m = OffsetMap(memory_bytes_for_keys(10))
+    buf = b"alphabeta"
+    consumed = m.insert_key_spans(buf, np.array([0, 0, 5, 0]), np.array([5, -1, 4, -1]), np.array([1, 2, 3, 4]))
+    assert consumed == 4
+    assert m.size == 2
+    assert (m.get(b"alpha"), m.get(b"beta")) == (1, 3)
+    assert m.latest_offset == 4  # the trailing null-key record was scanned
+    assert m.lookup_key_spans(buf, np.array([0, 0]), np.array([-1, 5])).tolist() == [-1, 1]
+
+
+def test_insert_key_spans_and_insert_hashes_store_the_same_keys():
+    rng = np.random.default_rng(9)
+    lengths = rng.integers(0, 50, size=2000).astype(np.int32)
+    ends = np.cumsum(lengths, dtype=np.int64)
+    buf = np.frombuffer(rng.bytes(int(ends[-1])), dtype=np.uint8)
+    positions = ends - lengths
+    by_spans = OffsetMap(memory_bytes_for_keys(2000), seed=77)
+    by_hashes = OffsetMap(memory_bytes_for_keys(2000), seed=77)
+    offsets = np.arange(2000)
+    assert by_spans.insert_key_spans(buf, positions, lengths, offsets) == 2000
+    keys = [bytes(buf[p : p + n]) for p, n in zip(positions, lengths)]
+    h1, h2 = hashes_of(keys, 77)
+    assert by_hashes.insert_hashes(h1, h2, offsets) == 2000
+    assert np.array_equal(by_spans.table, by_hashes.table)
+    assert np.array_equal(by_hashes.lookup_key_spans(buf, positions, lengths), by_spans.lookup_hashes(h1, h2))
+
+
+def test_insert_key_spans_stops_at_fill_limit_like_insert_hashes():
+    m = OffsetMap(4 * BYTES_PER_SLOT, load_factor=0.5)  # capacity 2
+    buf = b"abc"
+    positions = np.array([0, 1, 0, 2, 0])
+    lengths = np.array([1, 1, -1, 1, 1])
+    assert m.insert_key_spans(buf, positions, lengths, np.arange(5)) == 3  # b"c" at index 3 does not fit
+    assert (m.get(b"a"), m.get(b"b"), m.get(b"c"), m.latest_offset) == (0, 1, -1, 2)
+
+
+def test_bad_span_or_offset_is_rejected_before_anything_is_written():
+    m = OffsetMap(memory_bytes_for_keys(10))
+    with pytest.raises(KeySpanError) as caught:
+        m.insert_key_spans(b"abcdef", np.array([0, 4]), np.array([2, 3]), np.array([1, 2]))
+    assert caught.value.index == 1
+    with pytest.raises(OffsetOrderError) as order:
+        m.insert_key_spans(b"abcdef", np.array([0, 2]), np.array([2, 2]), np.array([5, 4]))
+    assert (order.value.index, order.value.offset, order.value.offset_min) == (1, 4, 5)
+    with pytest.raises(OffsetOrderError):
+        m.insert_hashes(np.ones(1, np.uint64), np.ones(1, np.uint64), np.array([-1]))
+    assert m.size == 0 and m.latest_offset == -1 and m.get(b"ab") == -1
+
+
+def test_bulk_inputs_of_wrong_shape_or_dtype_are_rejected():
+    m = OffsetMap(memory_bytes_for_keys(10))
+    one = np.ones(1, dtype=np.uint64)
+    with pytest.raises(OffsetMapInputError):
+        m.insert_hashes(one, np.ones(2, np.uint64), np.array([1]))
+    with pytest.raises(OffsetMapInputError):
+        m.insert_hashes(one.astype(np.float64), one, np.array([1]))
+    with pytest.raises(OffsetMapInputError):
+        m.insert_hashes(one, one, np.array([1], dtype=np.uint64))  # uint64 offsets may not fit int64
+    with pytest.raises(OffsetMapInputError):
+        m.lookup_hashes(one, one, out=np.empty(2, np.int64))
+    with pytest.raises(OffsetMapInputError):
+        m.insert_key_spans(np.zeros((2, 2), np.uint8), np.array([0]), np.array([1]), np.array([1]))
+
+
+def test_lookup_writes_into_given_output_array():
+    m = OffsetMap(memory_bytes_for_keys(10))
+    m.put(b"a", 4)
+    h1, h2 = hashes_of([b"a", b"b"], m.seed)
+    out = np.full(2, 99, dtype=np.int64)
+    assert m.lookup_hashes(h1, h2, out=out) is out
+    assert out.tolist() == [4, -1]
+
+
+# ------------------------------------------------------------------------------------ memory
+
+
+def test_one_million_keys_fit_in_24mb_over_load_factor():
+    memory_bytes = memory_bytes_for_keys(1_000_000, 0.9)
+    # 24 bytes a key at 90% fill, rounded up to a whole slot: 1,111,112 slots.
+    assert memory_bytes == 1_111_112 * 24 <= math.ceil(24_000_000 / 0.9) + BYTES_PER_SLOT
+    m = OffsetMap(memory_bytes, load_factor=0.9)
+    assert m.capacity >= 1_000_000
+    assert m.nbytes == m.table.nbytes == m.slots * 24 == memory_bytes
+    h1, h2 = random_hashes(1_000_000, seed=4)
+    offsets = np.arange(1_000_000, dtype=np.int64)
+    assert m.insert_hashes(h1, h2, offsets) == 1_000_000
+    assert m.size == 1_000_000
+    assert np.array_equal(m.lookup_hashes(h1, h2), offsets)
+    # Read as 24 MiB the budget is roomier; read as exactly 24,000,000 / 0.9 bytes, Kafka's truncating
+    # arithmetic (floor(1,111,111 slots x 0.9)) leaves it one key short.
+    assert OffsetMap(int(24 * 2**20 / 0.9)).capacity >= 1_000_000
+    assert OffsetMap(int(24_000_000 / 0.9)).capacity == 999_999
+
+
+@pytest.mark.parametrize("memory_bytes", [48, 24 * 8 + 23, 1000, 24 * 1001, 134_217_728])
+def test_table_nbytes_equal_slots_times_24(memory_bytes):
+    m = OffsetMap(memory_bytes, load_factor=1.0)
+    assert m.slots == memory_bytes // 24
+    assert m.nbytes == m.table.nbytes == m.slots * 24
+    assert m.table.shape == (m.slots, 3) and not m.table.flags.writeable
+
+
+def test_default_dedupe_buffer_gives_kafkas_slot_and_key_counts():
+    m = OffsetMap(128 * 2**20)  # log.cleaner.dedupe.buffer.size default, one thread
+    assert (m.slots, m.capacity) == (5_592_405, 5_033_164)
+
+
+def test_bulk_insert_allocates_nothing_proportional_to_keys():
+    m = OffsetMap(memory_bytes_for_keys(300_000))
+    h1, h2 = random_hashes(300_000, seed=8)
+    offsets = np.arange(300_000, dtype=np.int64)
+    rng = np.random.default_rng(8)
+    lengths = rng.integers(1, 30, size=300_000).astype(np.int32)
+    ends = np.cumsum(lengths, dtype=np.int64)
+    positions = ends - lengths
+    buf = np.frombuffer(rng.bytes(int(ends[-1])), dtype=np.uint8)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        assert m.insert_hashes(h1, h2, offsets) == 300_000
+        m.clear()
+        assert m.insert_key_spans(buf, positions, lengths, offsets) == 300_000
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak - base < 64 * 1024, f"bulk insert allocated {peak - base} bytes"
+
+
+def test_clear_reuses_memory():
+    m = OffsetMap(memory_bytes_for_keys(1000))
+    before = m.table
+    h1, h2 = random_hashes(1000)
+    m.insert_hashes(h1, h2, np.arange(1000))
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        m.clear()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    after = m.table
+    assert peak - base < 4096
+    assert after.__array_interface__["data"][0] == before.__array_interface__["data"][0]
+    assert np.shares_memory(before, after)
+    assert (m.size, m.latest_offset, m.utilization) == (0, -1, 0.0)
+    assert np.all(m.lookup_hashes(h1, h2) == -1)
+    assert m.insert_hashes(h1, h2, np.arange(1000)) == 1000  # full capacity is available again
+
+
+# ------------------------------------------------------------------------------------ seeds
+
+
+def test_new_seed_changes_hashes():
+    m = OffsetMap(memory_bytes_for_keys(10), seed=1)
+    assert hash_key(b"key", 1) != hash_key(b"key", 2)
+    m.put(b"key", 5)
+    m.reset(seed=2)
+    assert m.seed == 2
+    assert (m.size, m.latest_offset, m.get(b"key")) == (0, -1, -1)
+    # After the reset, get() hashes with the new seed: an entry stored under the seed-2 hash is found by key,
+    # one stored under the seed-1 hash is not.
+    old1, old2 = hash_key(b"key", 1)
+    m.insert_hashes(np.array([old1], np.uint64), np.array([old2], np.uint64), np.array([6]))
+    assert m.get(b"key") == -1
+    new1, new2 = hash_key(b"key", 2)
+    m.insert_hashes(np.array([new1], np.uint64), np.array([new2], np.uint64), np.array([7]))
+    assert m.get(b"key") == 7
+    buf = np.frombuffer(b"key", np.uint8)
+    assert m.lookup_key_spans(buf, np.array([0]), np.array([3])).tolist() == [7]
+
+
+def test_reset_with_bad_seed_leaves_the_map_untouched():
+    m = OffsetMap(memory_bytes_for_keys(10), seed=3)
+    m.put(b"a", 1)
+    with pytest.raises(OffsetMapConfigError):
+        m.reset(seed=2**32)
+    assert (m.seed, m.get(b"a"), m.size) == (3, 1, 1)
+
+
+# ------------------------------------------------------------------------------------ construction
+
+
+@pytest.mark.parametrize(
+    ("memory_bytes", "load_factor", "name"),
+    [
+        (23, 0.9, "memory_bytes"),  # not one slot
+        (24, 1.0, "memory_bytes"),  # 1 slot x 1.0 is not > 1: Kafka refuses to start
+        (48, 0.5, "memory_bytes"),  # 2 x 0.5 is not > 1
+        (2400, 0.0, "load_factor"),
+        (2400, 1.5, "load_factor"),
+        (2400, float("nan"), "load_factor"),
+        (2.5, 0.9, "memory_bytes"),
+        (-24, 0.9, "memory_bytes"),
+    ],
+)
+def test_invalid_sizing_is_rejected_naming_the_argument(memory_bytes, load_factor, name):
+    with pytest.raises(OffsetMapConfigError) as caught:
+        OffsetMap(memory_bytes, load_factor)
+    assert caught.value.name == name
+
+
+def test_smallest_map_kafka_accepts_holds_one_key():
+    m = OffsetMap(48, load_factor=0.9)  # 2 slots x 0.9 = 1.8 > 1
+    assert m.capacity == 1
+    m.put(b"a", 1)
+    with pytest.raises(OffsetMapFullError):
+        m.put(b"b", 2)

@@ -1,0 +1,59 @@
+"""Shared test helpers: building batches, reading a log's records back, byte mutation."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from segments import format as fmt
+from segments.log import LogConfig, PartitionLog
+from segments.records import Record, batch_crc, encode_batch
+
+FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+
+
+def keyed_batch(keys_values, *, timestamp_ms=1_700_000_000_000, compression=0, **kwargs) -> bytes:
+    """One batch of (key, value) records with offsets 0..n-1 (the log assigns the real ones)."""
+    records = [
+        Record(offset=i, timestamp=timestamp_ms + i, key=k, value=v) for i, (k, v) in enumerate(keys_values)
+    ]
+    return encode_batch(records, base_offset=0, compression=compression, **kwargs)
+
+
+def write_log(directory: Path, batches: int, *, records_per_batch: int = 5, segment_bytes: int = 2048, value_bytes: int = 40):
+    """A writer-made log with keys k0..k9 cycling and values naming their sequence number."""
+    config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=256)
+    seq = 0
+    with PartitionLog.open(directory, mode="writer", create=True, config=config) as log:
+        for _ in range(batches):
+            pairs = []
+            for _ in range(records_per_batch):
+                pairs.append((b"k%d" % (seq % 10), b"v%06d-" % seq + b"x" * value_bytes))
+                seq += 1
+            log.append_batches(keyed_batch(pairs, timestamp_ms=1_700_000_000_000 + seq))
+    return seq
+
+
+def read_all(directory: Path, start=None) -> list[tuple[int, bytes | None, bytes | None, int]]:
+    """(offset, key, value, timestamp) of every record, as a consumer from `start` sees them."""
+    with PartitionLog.open(directory, mode="reader") as log:
+        return [(r.offset, r.key, r.value, r.timestamp) for _, r in log.iter_records(start)]
+
+
+def copy_fixture(name: str, tmp_path: Path) -> Path:
+    src = FIXTURES / name
+    dst = tmp_path / "logs" / Path(name).name
+    shutil.copytree(src, dst)
+    for root, dirs, files in os.walk(dst):
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+        os.chmod(root, 0o755)
+    return dst
+
+
+def fix_crc(data: bytearray, pos: int = 0) -> None:
+    """Recompute the CRC of the v2 batch at `pos` in place, so the next check down is reached."""
+    size = int.from_bytes(data[pos + 8 : pos + 12], "big") + fmt.LOG_OVERHEAD
+    crc = batch_crc(bytes(data), pos, size)
+    data[pos + fmt.CRC_OFFSET : pos + fmt.CRC_OFFSET + 4] = crc.to_bytes(4, "big")

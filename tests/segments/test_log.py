@@ -1,0 +1,250 @@
+"""The partition log: append, roll, read with Kafka's semantics, reopen, torn tails, corruption."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from segments import format as fmt
+from segments.errors import CorruptRecordError, LockTimeoutError, LogStateError, OffsetOutOfRangeError
+from segments.log import LogConfig, PartitionLog, parse_partition_dir_name
+from segments.records import decode_batch
+from segments.verify import verify_paths
+
+from .helpers import keyed_batch, read_all, write_log
+
+
+def test_partition_dir_name_splits_at_last_dash():
+    assert parse_partition_dir_name("my-topic-12") == ("my-topic", 12)
+    assert parse_partition_dir_name("__consumer_offsets-39") == ("__consumer_offsets", 39)
+    assert parse_partition_dir_name("t-0.0123456789abcdef0123456789abcdef-delete") is None
+    assert parse_partition_dir_name("t-0-future") is None
+    assert parse_partition_dir_name("noparts") is None
+
+
+def test_writer_assigns_consecutive_offsets_across_batches(tmp_path):
+    with PartitionLog.open(tmp_path / "t-0", mode="writer", create=True) as log:
+        a = log.append_batches(keyed_batch([(b"a", b"1"), (b"b", b"2")]))
+        b = log.append_batches(keyed_batch([(b"c", b"3")]) + keyed_batch([(b"d", b"4"), (b"e", b"5")]))
+        assert (a.first_offset, a.last_offset) == (0, 1)
+        assert (b.first_offset, b.last_offset, b.batches) == (2, 4, 2)
+        assert log.log_end_offset == 5
+    records = read_all(tmp_path / "t-0")
+    assert [(o, k, v) for o, k, v, _ in records] == [
+        (0, b"a", b"1"), (1, b"b", b"2"), (2, b"c", b"3"), (3, b"d", b"4"), (4, b"e", b"5")
+    ]
+
+
+def test_log_written_closed_and_reopened_serves_the_same_records(tmp_path):
+    n = write_log(tmp_path / "t-0", 200)
+    first = read_all(tmp_path / "t-0")
+    assert [r[0] for r in first] == list(range(n))
+    with PartitionLog.open(tmp_path / "t-0", mode="writer") as log:
+        assert log.log_end_offset == n
+        assert len(log.segments) > 5
+        log.append_batches(keyed_batch([(b"z", b"last")]))
+    again = read_all(tmp_path / "t-0")
+    assert again[:-1] == first
+    assert again[-1][:3] == (n, b"z", b"last")
+    assert not verify_paths([tmp_path / "t-0"]).problems
+
+
+def test_segments_roll_at_segment_bytes_and_stay_under_it(tmp_path):
+    write_log(tmp_path / "t-0", 100, segment_bytes=1500)
+    with PartitionLog.open(tmp_path / "t-0", mode="reader") as log:
+        sizes = [s.size_bytes for s in log.segments]
+        bases = [s.base_offset for s in log.segments]
+    assert len(sizes) > 10
+    assert all(size <= 1500 for size in sizes)
+    assert bases == sorted(bases) and bases[0] == 0
+
+
+def test_segment_rolls_when_segment_ms_passes_between_record_timestamps(tmp_path):
+    config = LogConfig(segment_ms=1000)
+    with PartitionLog.open(tmp_path / "t-0", mode="writer", create=True, config=config) as log:
+        log.append_batches(keyed_batch([(b"a", b"1")], timestamp_ms=10_000))
+        log.append_batches(keyed_batch([(b"a", b"2")], timestamp_ms=10_500))
+        assert len(log.segments) == 1
+        log.append_batches(keyed_batch([(b"a", b"3")], timestamp_ms=11_001))
+        assert [s.base_offset for s in log.segments] == [0, 2]
+
+
+def test_segment_rolls_when_offset_index_is_full(tmp_path):
+    config = LogConfig(segment_index_bytes=24, index_interval_bytes=0)
+    with PartitionLog.open(tmp_path / "t-0", mode="writer", create=True, config=config) as log:
+        for i in range(12):
+            log.append_batches(keyed_batch([(b"k", b"%d" % i)]))
+        assert len(log.segments) > 2
+        assert all(s.offset_index.entries <= 3 for s in log.segments)
+
+
+def test_segment_rolls_before_relative_offset_overflows(tmp_path):
+    with PartitionLog.open(tmp_path / "t-0", mode="writer", create=True) as log:
+        log.append_batches(keyed_batch([(b"a", b"1")]))
+        # A batch whose lastOffsetDelta reaches past 2^31-1 of the segment base.
+        big = keyed_batch([(b"b", b"2")], last_offset_delta=fmt.RELATIVE_OFFSET_MAX)
+        info = log.append_batches(big)
+        assert info.segment_base_offset == 1
+        assert log.log_end_offset == 1 + fmt.RELATIVE_OFFSET_MAX + 1
+
+
+def test_read_of_compacted_away_offset_returns_batch_holding_next_surviving_offset(tmp_path):
+    from segments.records import Record, encode_batch
+
+    # A batch covering offsets 0..9 with only 3 and 9 present, as compaction leaves it.
+    batch = encode_batch(
+        [Record(3, 1, b"a", b"x"), Record(9, 2, b"b", b"y")], base_offset=0, last_offset_delta=9
+    )
+    with PartitionLog.open(tmp_path / "t-0", mode="writer", create=True) as log:
+        log.append_batches(batch)
+        log.append_batches(keyed_batch([(b"c", b"z")]))
+        fetched = log.read(5)
+        first = decode_batch(fetched.data).header
+        assert (first.base_offset, first.last_offset) == (0, 9)
+        assert decode_batch(log.read(10).data).records[0].offset == 10
+        assert log.read(11).data == b""
+        with pytest.raises(OffsetOutOfRangeError):
+            log.read(12)
+        with pytest.raises(OffsetOutOfRangeError):
+            log.read(-1)
+
+
+def test_read_respects_max_bytes_but_returns_at_least_one_batch(tmp_path):
+    write_log(tmp_path / "t-0", 20, segment_bytes=100_000)
+    with PartitionLog.open(tmp_path / "t-0", mode="reader") as log:
+        one = log.read(0, max_bytes=1)
+        assert decode_batch(one.data).header.base_offset == 0
+        assert len(one.data) == decode_batch(one.data).header.size_bytes
+        many = log.read(0, max_bytes=10_000)
+        assert len(many.data) > len(one.data)
+
+
+def test_offset_for_timestamp_finds_first_record_at_or_after(tmp_path):
+    with PartitionLog.open(tmp_path / "t-0", mode="writer", create=True, config=LogConfig(index_interval_bytes=0)) as log:
+        for i in range(50):
+            log.append_batches(keyed_batch([(b"k", b"v")], timestamp_ms=1000 + 10 * i))
+        log.roll()
+        for i in range(50, 60):
+            log.append_batches(keyed_batch([(b"k", b"v")], timestamp_ms=1000 + 10 * i))
+        assert log.offset_for_timestamp(1000) == (0, 1000)
+        assert log.offset_for_timestamp(1005) == (1, 1010)
+        assert log.offset_for_timestamp(1000 + 10 * 55) == (55, 1550)
+        assert log.offset_for_timestamp(10**12) is None
+
+
+def test_torn_tail_is_truncated_on_reopen(tmp_path):
+    n = write_log(tmp_path / "t-0", 30)
+    with PartitionLog.open(tmp_path / "t-0", mode="reader") as log:
+        active = log.active_segment.paths.log
+    batch = keyed_batch([(b"torn", b"x" * 100)])
+    with open(active, "ab") as f:
+        f.write(batch[: len(batch) // 2])
+    size_with_tail = active.stat().st_size
+    with PartitionLog.open(tmp_path / "t-0", mode="writer") as log:
+        assert log.log_end_offset == n
+        assert log.active_segment.size_bytes == size_with_tail - len(batch) // 2
+    assert [r[0] for r in read_all(tmp_path / "t-0")] == list(range(n))
+
+
+def test_zeroed_preallocated_tail_is_truncated_on_reopen(tmp_path):
+    n = write_log(tmp_path / "t-0", 30)
+    with PartitionLog.open(tmp_path / "t-0", mode="reader") as log:
+        active = log.active_segment.paths.log
+    with open(active, "ab") as f:
+        f.write(b"\0" * 5000)
+    with PartitionLog.open(tmp_path / "t-0", mode="writer") as log:
+        assert log.log_end_offset == n
+    assert not verify_paths([tmp_path / "t-0"]).problems
+
+
+def test_corrupted_batch_in_middle_raises_typed_error_naming_file_and_position(tmp_path):
+    write_log(tmp_path / "t-0", 30, segment_bytes=100_000)
+    with PartitionLog.open(tmp_path / "t-0", mode="reader") as log:
+        seg = log.segments[0]
+        positions = [p for p, _ in seg.iter_headers()]
+        path = seg.paths.log
+    victim = positions[5]
+    data = bytearray(path.read_bytes())
+    data[victim + 70] ^= 0xFF
+    path.write_bytes(bytes(data))
+    before = path.read_bytes()
+    with pytest.raises(CorruptRecordError) as info:
+        PartitionLog.open(tmp_path / "t-0", mode="writer")
+    assert info.value.path == str(path)
+    assert victim <= info.value.position < positions[6]
+    assert "CRC" in info.value.reason
+    assert path.read_bytes() == before  # nothing was changed
+
+
+def test_corrupt_inactive_segment_is_reported_by_verify_and_reads_never_truncated(tmp_path):
+    write_log(tmp_path / "t-0", 60, segment_bytes=1500)
+    with PartitionLog.open(tmp_path / "t-0", mode="reader") as log:
+        path = log.segments[1].paths.log
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01  # the last batch of an inactive segment
+    path.write_bytes(bytes(data))
+    problems = verify_paths([tmp_path / "t-0"]).problems
+    assert len(problems) == 1 and problems[0].path == str(path)
+    # Segments below the recovery point are trusted at open (as Kafka does); reading them finds it.
+    with PartitionLog.open(tmp_path / "t-0", mode="writer") as log:
+        with pytest.raises(CorruptRecordError) as info:
+            list(log.iter_batches())
+        assert info.value.path == str(path)
+    assert path.read_bytes() == bytes(data)
+
+
+def test_missing_and_corrupt_indexes_are_rebuilt_on_open(tmp_path):
+    write_log(tmp_path / "t-0", 100, segment_bytes=3000)
+    with PartitionLog.open(tmp_path / "t-0", mode="reader") as log:
+        segs = log.segments
+        idx0, tidx1 = segs[0].paths.index, segs[1].paths.timeindex
+        want0 = idx0.read_bytes()
+        want1 = tidx1.read_bytes()
+    assert len(want0) > 0
+    idx0.unlink()
+    tidx1.write_bytes(want1 + b"\x01\x02\x03")  # torn append
+    with PartitionLog.open(tmp_path / "t-0", mode="cleaner", config=LogConfig(index_interval_bytes=256)) as log:
+        assert log.read(3).data
+    assert idx0.read_bytes() == want0
+    assert tidx1.read_bytes() == want1
+    assert not verify_paths([tmp_path / "t-0"]).problems
+
+
+def test_second_writer_is_refused(tmp_path):
+    with PartitionLog.open(tmp_path / "t-0", mode="writer", create=True):
+        with pytest.raises(LockTimeoutError):
+            PartitionLog.open(tmp_path / "t-0", mode="writer")
+
+
+def test_reader_cannot_append(tmp_path):
+    write_log(tmp_path / "t-0", 2)
+    with PartitionLog.open(tmp_path / "t-0", mode="reader") as log:
+        with pytest.raises(LogStateError):
+            log.append_batches(keyed_batch([(b"a", b"b")]))
+
+
+def test_append_rejects_a_batch_with_a_bad_crc_and_writes_nothing(tmp_path):
+    with PartitionLog.open(tmp_path / "t-0", mode="writer", create=True) as log:
+        bad = bytearray(keyed_batch([(b"a", b"b")]))
+        bad[-1] ^= 1
+        with pytest.raises(CorruptRecordError):
+            log.append_batches(bytes(bad))
+        assert log.active_segment.size_bytes == 0
+        assert log.log_end_offset == 0
+
+
+def test_close_records_recovery_point_in_log_dir(tmp_path):
+    from segments.checkpoint import read_offset_checkpoint
+
+    n = write_log(tmp_path / "t-0", 10)
+    points = read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint")
+    assert points == {("t", 0): n}
+
+
+def test_empty_log_opens_with_one_empty_active_segment(tmp_path):
+    with PartitionLog.open(tmp_path / "t-3", mode="writer", create=True) as log:
+        assert log.log_end_offset == 0
+        assert log.read(0).data == b""
+        assert [s.base_offset for s in log.segments] == [0]
+    assert os.path.exists(tmp_path / "t-3" / "00000000000000000000.log")

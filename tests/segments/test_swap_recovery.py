@@ -1,0 +1,194 @@
+"""The swap protocol and its crash recovery (kafka-format.md section 4), at every step.
+
+A `FileOps` that fails at the N-th rename stands in for a crash there; reopening must then show, for the
+group being replaced, either all the old segments or the new one, never neither and never both, with no
+temporary files left.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from segments import format as fmt
+from segments.fileio import FileOps
+from segments.log import PartitionLog
+from segments.recovery import parse_segment_file_name, recover_leftovers
+from segments.verify import verify_paths
+
+from .helpers import read_all, write_log
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashingFileOps(FileOps):
+    """Raises `Crash` instead of performing the `crash_at`-th rename (0-based)."""
+
+    def __init__(self, crash_at: int) -> None:
+        self.crash_at = crash_at
+        self.renames = 0
+
+    def rename(self, src, dst) -> None:
+        if self.renames == self.crash_at:
+            raise Crash(f"crash before rename #{self.renames}: {src} -> {dst}")
+        self.renames += 1
+        super().rename(src, dst)
+
+
+def build_cleaned_group(log: PartitionLog, group):
+    """A `.cleaned` segment replacing `group`, keeping only the last batch of each segment in it."""
+    cleaned = log.new_cleaned_segment(group[0].base_offset)
+    for seg in group:
+        last_pos, last = list(seg.iter_headers())[-1]
+        data = seg.pread(last_pos, last.size_bytes)
+        cleaned.append(data, largest_offset=last.last_offset, max_timestamp=last.max_timestamp, shallow_offset=last.last_offset)
+    cleaned.finalise()
+    cleaned.set_last_modified_ns(group[-1].last_modified_ns())
+    return cleaned
+
+
+def leftovers(directory):
+    return sorted(
+        n for n in os.listdir(directory) if (p := parse_segment_file_name(n)) is not None and p.state
+    )
+
+
+def setup_log(tmp_path):
+    d = tmp_path / "t-0"
+    write_log(d, 60, segment_bytes=1500)
+    old = read_all(d)
+    with PartitionLog.open(d, mode="cleaner") as log:
+        group = log.segments[0:3]
+        kept_last = [list(s.iter_headers())[-1][1] for s in group]
+    kept = set()
+    for h in kept_last:
+        kept.update(range(h.base_offset, h.last_offset + 1))
+    group_end = kept_last[-1].last_offset
+    new = [r for r in old if r[0] > group_end or r[0] in kept]
+    return d, old, new
+
+
+def count_renames(tmp_path) -> int:
+    d, _, _ = setup_log(tmp_path / "probe")
+    ops = CrashingFileOps(crash_at=10**9)
+    with PartitionLog.open(d, mode="cleaner", file_ops=ops) as log:
+        group = log.segments[0:3]
+        log.replace_segments([build_cleaned_group(log, group)], group)
+    return ops.renames
+
+
+def test_swap_replaces_group_and_leaves_no_temp_files(tmp_path):
+    d, old, new = setup_log(tmp_path)
+    with PartitionLog.open(d, mode="cleaner") as log:
+        group = log.segments[0:3]
+        log.replace_segments([build_cleaned_group(log, group)], group)
+        assert log.segments[0].base_offset == 0
+    assert read_all(d) == new
+    assert leftovers(d) == []
+    assert not verify_paths([d]).problems
+
+
+@pytest.mark.parametrize("crash_at", range(0, 16))
+def test_crash_at_every_rename_of_the_swap_leaves_old_or_new_group(tmp_path, crash_at):
+    total = count_renames(tmp_path)
+    if crash_at >= total:
+        pytest.skip(f"the swap does only {total} renames")
+    d, old, new = setup_log(tmp_path)
+    ops = CrashingFileOps(crash_at)
+    log = PartitionLog.open(d, mode="cleaner", file_ops=ops)
+    group = log.segments[0:3]
+    with pytest.raises(Crash):
+        log.replace_segments([build_cleaned_group(log, group)], group)
+    log.close()  # the process "dies": its locks go with it
+    with PartitionLog.open(d, mode="writer"):
+        pass
+    got = read_all(d)
+    assert got in (old, new)
+    # Until every .cleaned file became .swap the swap must roll back; after that it must roll forward.
+    renames_to_swap = 3  # log, index, timeindex of the one new segment
+    assert got == (old if crash_at < renames_to_swap else new)
+    assert leftovers(d) == []
+    assert not verify_paths([d]).problems
+
+
+def test_crash_while_writing_cleaned_files_rolls_back(tmp_path):
+    d, old, _ = setup_log(tmp_path)
+    log = PartitionLog.open(d, mode="cleaner")
+    group = log.segments[0:3]
+    cleaned = build_cleaned_group(log, group)
+    # Cut the cleaned log short, as if the process died mid-write.
+    os.truncate(cleaned.paths.log, cleaned.size_bytes // 2)
+    log.close()
+    with PartitionLog.open(d, mode="writer"):
+        pass
+    assert read_all(d) == old
+    assert leftovers(d) == []
+
+
+def test_writer_open_leaves_cleaned_files_of_a_running_cleaner_alone(tmp_path):
+    d, old, new = setup_log(tmp_path)
+    with PartitionLog.open(d, mode="cleaner") as cleaner:
+        group = cleaner.segments[0:3]
+        cleaned = build_cleaned_group(cleaner, group)
+        with PartitionLog.open(d, mode="writer"):
+            pass
+        assert cleaned.paths.log.exists()
+        cleaner.replace_segments([cleaned], group)
+    assert read_all(d) == new
+
+
+# ---- hand-built leftover states, one per row of the recovery table -----------------------------------
+
+
+def _rename_all(d, base, frm, to, kinds=(".log", ".index", ".timeindex")):
+    for kind in kinds:
+        src = d / (fmt.offset_file_name(base, kind) + frm)
+        if src.exists():
+            os.replace(src, d / (fmt.offset_file_name(base, kind) + to))
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        "only_cleaned",
+        "log_swapped_indexes_cleaned",
+        "all_swap",
+        "all_swap_first_old_partly_deleted",
+        "all_swap_all_old_deleted",
+        "new_log_renamed_indexes_still_swap",
+        "done_with_deleted_left",
+    ],
+)
+def test_recovery_of_each_leftover_combination(tmp_path, state):
+    d, old, new = setup_log(tmp_path)
+    with PartitionLog.open(d, mode="cleaner") as log:
+        group = log.segments[0:3]
+        bases = [s.base_offset for s in group]
+        build_cleaned_group(log, group)
+    c = bases[0]
+    # Old segment 0 shares its base with the new one; its files must go to .deleted before the swap lands.
+    if state == "only_cleaned":
+        expect = old
+    elif state == "log_swapped_indexes_cleaned":
+        _rename_all(d, c, ".cleaned", ".swap", kinds=(".log",))
+        expect = old
+    else:
+        _rename_all(d, c, ".cleaned", ".swap")
+        expect = new
+        if state == "all_swap_first_old_partly_deleted":
+            os.replace(d / fmt.offset_file_name(bases[1], ".log"), d / (fmt.offset_file_name(bases[1], ".log") + ".deleted"))
+        elif state in ("all_swap_all_old_deleted", "new_log_renamed_indexes_still_swap", "done_with_deleted_left"):
+            for b in bases:
+                _rename_all(d, b, "", ".deleted")
+            if state == "new_log_renamed_indexes_still_swap":
+                _rename_all(d, c, ".swap", "", kinds=(".log",))
+            elif state == "done_with_deleted_left":
+                _rename_all(d, c, ".swap", "")
+    report = recover_leftovers(d)
+    assert report.changed
+    assert leftovers(d) == []
+    assert read_all(d) == expect
+    assert not verify_paths([d]).problems
