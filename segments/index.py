@@ -132,6 +132,8 @@ class _EntryFile:
     Invariant: the first `_file_entries` entries in memory equal the first entries of the file, and the
     file is `_file_bytes` long (None: there is no file). `_dirty` says memory and file differ, which
     `flush()` repairs. Columns are allocated with spare capacity; only `[:_n]` is valid.
+    Each subclass defines the classmethod `_validated(path, base_offset, first, second, entries_max)`
+    that checks a whole set of entries before `_write_file` writes them.
     """
 
     _disk_dtype: ClassVar[np.dtype]
@@ -272,12 +274,6 @@ class _EntryFile:
         if problems:
             position, reason = min(problems, key=lambda problem: problem[0])
             raise CorruptIndexError(reason, path=self.path, position=position)
-
-    @classmethod
-    def _validated(
-        cls, path: str | os.PathLike, base_offset: int, first: ArrayLike, second: ArrayLike, entries_max: int
-    ) -> dict[str, np.ndarray]:
-        raise NotImplementedError
 
     @classmethod
     def _write_file(

@@ -7,19 +7,16 @@ values, headers, producer fields and the batch flags.
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka import codec as kafka_codec
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
 from segments import format as fmt
 from segments.batches import iter_batches
-from segments.legacy import _xxh32_short, decode_legacy_entry, encode_legacy_message, encode_legacy_wrapper
+from segments.legacy import decode_legacy_entry, encode_legacy_message, encode_legacy_wrapper
 from segments.records import Header, Record, decode_batch, encode_batch, encode_control_batch
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,31 +58,6 @@ def producer_states(draw):
         draw(st.integers(0, 2**31 - 1)),
         draw(st.booleans()),
     )
-
-
-class _XXHashShim:
-    """Stands in for the `xxhash` package, which kafka-python needs for magic-0 lz4 and which is not a
-    dependency here. It hashes with our XXH32, which test_compression.py checks against the header
-    checksums lz4.frame writes; what this cross-check adds is kafka-python's independent choice of
-    which bytes the broken checksum covers."""
-
-    class _Digest:
-        def __init__(self, value: int) -> None:
-            self._value = value
-
-        def digest(self) -> bytes:
-            return self._value.to_bytes(4, "big")
-
-    @classmethod
-    def xxh32(cls, data) -> "_XXHashShim._Digest":
-        return cls._Digest(_xxh32_short(bytes(data)))
-
-
-@contextlib.contextmanager
-def _kafka_python_with_xxhash():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kafka_codec, "xxhash", _XXHashShim)
-        yield
 
 
 def _theirs(record):
@@ -295,8 +267,7 @@ def test_we_read_every_legacy_message_set_kafka_python_writes(messages, magic, c
         messages = [(o - first, ts, k, v) for o, ts, k, v in messages]
     for offset, ts, key, value in messages:
         assert builder.append(offset, ts, key, value) is not None
-    with _kafka_python_with_xxhash():
-        data = bytes(builder.build())
+    data = bytes(builder.build())
     walked = [b for _, b in iter_batches(data)]
     assert len(walked) == (1 if codec else len(messages))
     expected = [(o, ts if magic else -1, k, v) for o, ts, k, v in messages]
@@ -306,8 +277,7 @@ def test_we_read_every_legacy_message_set_kafka_python_writes(messages, magic, c
 def _read_with_kafka_python(entry: bytes, magic: int):
     batch = LegacyRecordBatch(entry, magic)
     assert batch.validate_crc()
-    with _kafka_python_with_xxhash():
-        return [(r.offset, -1 if r.timestamp is None else r.timestamp, r.key, r.value) for r in batch]
+    return [(r.offset, -1 if r.timestamp is None else r.timestamp, r.key, r.value) for r in batch]
 
 
 @PROPERTY
