@@ -28,6 +28,7 @@ the file and position and leaves the files as they were.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import threading
@@ -178,7 +179,7 @@ class PartitionLog:
         elif self.mode == "cleaner":
             self._owner_lock = PartitionLock(self.directory, CLEANER_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT)
         if self.mode == "reader":
-            with PartitionLock(self.directory, SWAP_LOCK, shared=True):
+            with self._listing_lock():
                 self._list_segments()
                 self._load_log_start_offset()
                 self._check_indexes(rebuild_files=False)
@@ -195,6 +196,27 @@ class PartitionLog:
                 self._prepare_active_for_append()
             else:
                 self._check_indexes(rebuild_files=True)
+
+    @contextlib.contextmanager
+    def _listing_lock(self) -> Iterator[None]:
+        """The shared swap lock while listing segments; a reader of a read-only directory goes without.
+
+        Without the lock a reader may list a directory mid-swap; that cannot happen where nobody can
+        write, which is the only case it is skipped.
+        """
+        lock = PartitionLock(self.directory, SWAP_LOCK, shared=True)
+        try:
+            lock.acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT)
+        except OSError as exc:  # e.g. EACCES or EROFS creating the lock file
+            if self.mode != "reader":
+                raise
+            log.debug("listing without lock dir=%s reason=%s", self.directory, exc)
+            yield
+            return
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _recover_leftovers(self) -> None:
         if self.mode == "cleaner":
@@ -387,7 +409,7 @@ class PartitionLog:
             self._check_open()
             if not force and os.stat(self.directory).st_mtime_ns == self._listed_mtime_ns:
                 return
-            with PartitionLock(self.directory, SWAP_LOCK, shared=True):
+            with self._listing_lock():
                 self._list_segments()
                 self._load_log_start_offset()
 
