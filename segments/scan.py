@@ -65,6 +65,11 @@ empty records region (an empty compressed batch must decompress to nothing); leg
 exactly after their value and a wrapper's inner messages must tile its decompressed value. Laxer: header
 keys are not checked for UTF-8 (Kafka decodes them leniently too).
 
+Cold start: the kernels are compiled on first use and cached on disk next to this module (numba
+`cache=True`); `warm_up()` loads them ahead of the first scan (measured: ~4-5 s to compile with an empty
+cache, ~25 ms to load from it). Kernels release the GIL, so threads can scan different buffers in parallel.
+A caller that scans window after window passes one `ScanBuffers` to reuse the record arrays' memory.
+
 Limits: `decompressed_bytes_max` bounds one batch's decompression; `arena_bytes_max` and `records_max` bound
 one scan. Reaching either stops the scan before the batch that would pass it (`limit_reached`,
 `end_position` there); the caller scans again from `end_position`. The first batch is always taken.

@@ -850,3 +850,41 @@ def test_impossible_header_fields_behind_a_valid_crc_are_corruption(field, value
     assert exc.value.position == field
     with pytest.raises(CorruptRecordError, match="CRC-32C mismatch"):  # without the fix, the CRC catches it first
         scan(bytes(data[:17]) + bytes(v2_batch(region, 3, 2))[17:21] + bytes(data[21:]))
+
+
+def test_varint_boundary_values_decode_like_the_object_path():
+    deltas = [0, -1, 63, -64, 64, -65, 8191, 8192, 2**31, -(2**31), 2**62, -(2**63), 2**63 - 1]
+    offset_deltas = [0, 63, 64, 8191, 8192, 2**20, 2**24, 2**28, 2**30, 2**31 - 4, 2**31 - 3, 2**31 - 2, 2**31 - 1]
+    keys = [b"", b"k" * 63, b"k" * 64, None, b"k" * 8192]
+    region = b"".join(
+        encode_record(od, td, keys[i % len(keys)], b"v" * (i * 700))
+        for i, (od, td) in enumerate(zip(offset_deltas, deltas))
+    )
+    data = v2_batch(region, len(offset_deltas), 2**31 - 1)
+    result = scan(data)
+    assert result.offset.tolist() == [100 + d for d in offset_deltas]
+    assert result.timestamp.tolist() == deltas
+    assert_matches_object_path(data, result)
+
+
+@pytest.mark.parametrize(
+    "varint, match",
+    [
+        (b"\xff\xff\xff\xff\x10", "too long or does not fit"),  # a 5-byte varint with bits past 32
+        (b"\x80\x80\x80\x80\x80\x01", "too long or does not fit"),  # 6 bytes
+    ],
+)
+def test_varints_past_kafkas_limits_are_corruption(varint, match):
+    body = b"\x00" + b"\x00" + varint + b"\x01" + b"\x01" + b"\x00"  # attributes, ts, offsetDelta, null key/value
+    record = bytes((len(body) * 2,)) + body
+    with pytest.raises(CorruptRecordError, match=match) as exc:
+        scan(v2_batch(record, 1, 0))
+    assert exc.value.position == fmt.RECORD_BATCH_OVERHEAD + 3
+
+
+def test_varlong_with_bits_past_64_is_corruption():
+    body = b"\x00" + b"\xff" * 9 + b"\x02" + b"\x00" + b"\x01" + b"\x01" + b"\x00"  # 10th byte carries 2 bits
+    record = bytes((len(body) * 2,)) + body
+    with pytest.raises(CorruptRecordError, match="too long or does not fit") as exc:
+        scan(v2_batch(record, 1, 0))
+    assert exc.value.position == fmt.RECORD_BATCH_OVERHEAD + 2
