@@ -1,0 +1,56 @@
+"""offsetmap: the cleaner's fixed-memory key -> latest-offset map (Kafka's SkimpyOffsetMap, 24 bytes a slot).
+
+Owns the memory of one cleaning round: how many distinct keys a round can deduplicate is the map's capacity.
+A map is one numpy table allocated once from a byte budget (`log.cleaner.dedupe.buffer.size` split across
+cleaner threads): `floor(memory_bytes / 24)` slots of a 16-byte seeded MurmurHash3 x64 128 hash of the key plus
+an 8-byte offset. It never grows, holds no per-key Python objects, and stops admitting new keys at
+`floor(slots x log.cleaner.io.buffer.load.factor)`.
+
+This package is numpy + mmh3 + numba. numba compiles the per-record loops (bulk insert and lookup, hashing keys
+in place in segment buffers) with `cache=True`, so compilation is cached on disk and not repeated at every
+process start; the project allows numba for these hot loops (see `_kernels.py`). The package must not read or
+write files, read the clock, start threads or know the record format: callers hand it hashes or byte spans.
+
+Public API: `OffsetMap`, `hash_key`, `hash_key_spans`, `per_thread_memory_bytes`, `memory_bytes_for_keys`,
+the limits and the errors below. Everything else is private.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    KeySpanError,
+    OffsetMapConfigError,
+    OffsetMapError,
+    OffsetMapFullError,
+    OffsetMapInputError,
+    OffsetOrderError,
+)
+from .hashing import SEED_MAX, hash_key, hash_key_spans
+from .map import (
+    BYTES_PER_SLOT,
+    LOAD_FACTOR_DEFAULT,
+    PER_THREAD_MEMORY_BYTES_MAX,
+    SLOTS_MAX,
+    OffsetMap,
+    memory_bytes_for_keys,
+    per_thread_memory_bytes,
+)
+
+__all__ = [
+    "BYTES_PER_SLOT",
+    "KeySpanError",
+    "LOAD_FACTOR_DEFAULT",
+    "OffsetMap",
+    "OffsetMapConfigError",
+    "OffsetMapError",
+    "OffsetMapFullError",
+    "OffsetMapInputError",
+    "OffsetOrderError",
+    "PER_THREAD_MEMORY_BYTES_MAX",
+    "SEED_MAX",
+    "SLOTS_MAX",
+    "hash_key",
+    "hash_key_spans",
+    "memory_bytes_for_keys",
+    "per_thread_memory_bytes",
+]

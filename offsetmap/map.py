@@ -1,0 +1,475 @@
+"""The fixed-memory key -> latest-offset map of one cleaning round (Kafka's SkimpyOffsetMap, 24 bytes a slot).
+
+Owns `OffsetMap` and the sizing rules around it: how a dedupe buffer is split across cleaner threads
+(`per_thread_memory_bytes`), how many slots a byte budget buys (`floor(memory_bytes / 24)`), how many keys
+a round may index (`capacity = floor(slots x load_factor)`) and the budget needed for a given key count
+(`memory_bytes_for_keys`). The compiled loops live in `_kernels.py`; this module validates every argument
+before calling them. It must not grow, must not allocate anything proportional to the number of keys, must not
+read files or the clock, and must not be shared between threads (one map per cleaner thread, as in Kafka).
+
+Semantics, matched to Kafka's `SkimpyOffsetMap` + `Cleaner.buildOffsetMap`:
+
+* A key is identified by its 128-bit MurmurHash3 x64 hash (`hashing.py`) under the map's 32-bit `seed`; two
+  keys with the same hash are the same key (Kafka has the same theoretical silent loss with MD5/SHA-256 digests).
+  Setting a new seed each round (`reset(seed)`) keeps such a collision from repeating forever.
+* `put` overwrites the offset of a known key (size unchanged) or takes a new slot (size + 1); `get` returns the
+  stored offset or -1; there is no delete; `clear()` empties the same memory and resets `latest_offset` to -1;
+  `utilization = size / slots`.
+* Offsets only go forward: within a bulk call they must be non-decreasing and none may be below
+  `latest_offset` (OffsetOrderError otherwise, before anything is written). Entries are applied in input order,
+  so when a key repeats inside one call the last (highest-offset) entry wins.
+* Fill limit: a new key is admitted only while `size < capacity`. A bulk insert stops at the first entry whose
+  key is new and does not fit, and returns how many entries it consumed, so the cleaner cleans up to
+  `latest_offset` and continues from there next round (KAFKA-3894). Entries for known keys are always
+  consumed. This is a deliberate refinement of Kafka, whose `buildOffsetMapForSegment` checks
+  `map.size() < maxDesiredMapSize` before every put and so also stops on a known key once the map is full; here a
+  round gets as far as it can without evicting anything, which is never less far than Kafka.
+* `latest_offset` is the offset of the last entry consumed by a put or bulk insert (null-key records consumed
+  by `insert_key_spans` included), or the value given to `advance_latest_offset` (Kafka's `updateLatestOffset`,
+  used by the cleaner for a batch's last offset and to skip offset gaps, KAFKA-8764); -1 when empty.
+* Kafka refuses to start a cleaner whose map cannot hold more than one key (`slots x load_factor > 1`); the
+  constructor applies the same rule.
+
+Memory: one uint64 table of `3 x slots` words, `nbytes == slots x 24` exactly, allocated once in the
+constructor and reused by `clear`/`reset`; the allocation carries at most 63 further bytes so the table can
+start on a 64-byte cache-line boundary (a bucket of 8 slots is then exactly three cache lines). Apart from the
+arrays a caller passes in and the lookup results it asks for, calls allocate only a fixed 256-byte ring.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import operator
+
+import numpy as np
+
+from . import _inputs, _kernels
+from .errors import OffsetMapConfigError, OffsetMapFullError, OffsetMapInputError, OffsetOrderError
+from .hashing import hash_key
+
+__all__ = [
+    "BYTES_PER_SLOT",
+    "LOAD_FACTOR_DEFAULT",
+    "OffsetMap",
+    "PER_THREAD_MEMORY_BYTES_MAX",
+    "SLOTS_MAX",
+    "memory_bytes_for_keys",
+    "per_thread_memory_bytes",
+]
+
+_log = logging.getLogger(__name__)
+
+BYTES_PER_SLOT = _kernels.WORDS_PER_SLOT * 8  # 16-byte hash + 8-byte offset
+LOAD_FACTOR_DEFAULT = 0.9  # Kafka's log.cleaner.io.buffer.load.factor default
+PER_THREAD_MEMORY_BYTES_MAX = 2**31 - 1  # Kafka caps each thread's share of the dedupe buffer at Int.MaxValue
+SLOTS_MAX = 2**32 - 1  # bucket choice reduces 32 hash bits; ~103 GB, far above any per-thread budget
+_TABLE_ALIGN_BYTES = 64
+
+
+def per_thread_memory_bytes(dedupe_buffer_bytes: int, threads: int) -> int:
+    """Each cleaner thread's offset-map budget: `min(dedupe_buffer_bytes // threads, 2**31 - 1)`, as Kafka.
+
+    Requires `dedupe_buffer_bytes` (log.cleaner.dedupe.buffer.size) >= 0 and `threads` (log.cleaner.threads)
+    >= 1. Logs a warning when the cap discards memory, as Kafka does. Kafka's broker additionally rejects
+    configurations where the per-thread share is not above 1 MiB; that is the config validator's job, not this
+    function's. Raises OffsetMapConfigError for out-of-range arguments.
+    """
+    total = _integer("dedupe_buffer_bytes", dedupe_buffer_bytes)
+    count = _integer("threads", threads)
+    if total < 0:
+        raise OffsetMapConfigError("dedupe_buffer_bytes", dedupe_buffer_bytes, "expected >= 0")
+    if count < 1:
+        raise OffsetMapConfigError("threads", threads, "expected at least one cleaner thread")
+    share = total // count
+    if share > PER_THREAD_MEMORY_BYTES_MAX:
+        _log.warning(
+            "offset map memory capped per thread dedupe_buffer_bytes=%d threads=%d share_bytes=%d "
+            "used_bytes=%d (Kafka cannot use more than 2 GiB of dedupe buffer per cleaner thread)",
+            total,
+            count,
+            share,
+            PER_THREAD_MEMORY_BYTES_MAX,
+        )
+    return min(share, PER_THREAD_MEMORY_BYTES_MAX)
+
+
+def memory_bytes_for_keys(keys: int, load_factor: float = LOAD_FACTOR_DEFAULT) -> int:
+    """The smallest memory budget whose map can index `keys` distinct keys in one round.
+
+    Requires keys >= 1 and 0 < load_factor <= 1. Ensures
+    `OffsetMap(memory_bytes_for_keys(k, f), f).capacity >= k` and that one slot less would not do (for k = 1
+    the result also satisfies Kafka's `slots x load_factor > 1`). Raises OffsetMapConfigError.
+    """
+    count = _integer("keys", keys)
+    factor = _load_factor(load_factor)
+    if count < 1:
+        raise OffsetMapConfigError("keys", keys, "expected at least one key")
+    slots = max(1, math.ceil(count / factor))
+    # capacity is computed in floating point exactly as Kafka does; step to the exact boundary.
+    while _capacity(slots, factor) < count or not slots * factor > 1:
+        slots += 1
+    while slots > 1 and _capacity(slots - 1, factor) >= count and (slots - 1) * factor > 1:
+        slots -= 1
+    if slots > SLOTS_MAX:
+        raise OffsetMapConfigError("keys", keys, f"needs {slots} slots, above the limit of {SLOTS_MAX}")
+    return slots * BYTES_PER_SLOT
+
+
+class OffsetMap:
+    """Key hash -> latest offset, in a fixed table of `floor(memory_bytes / 24)` slots of 24 bytes.
+
+    Not thread-safe: one map per cleaner thread. Bulk calls release the GIL while they run.
+    """
+
+    __slots__ = (
+        "_buckets_all",
+        "_buckets_choice",
+        "_capacity",
+        "_latest_offset",
+        "_load_factor",
+        "_memory_bytes",
+        "_seed",
+        "_size",
+        "_slots",
+        "_table",
+    )
+
+    def __init__(self, memory_bytes: int, load_factor: float = LOAD_FACTOR_DEFAULT, seed: int = 0) -> None:
+        """Allocate the table once.
+
+        Requires memory_bytes >= 24 (one slot) with `floor(memory_bytes / 24) <= SLOTS_MAX`,
+        0 < load_factor <= 1, `slots x load_factor > 1` (Kafka's startup rule) and 0 <= seed <= SEED_MAX.
+        Ensures an empty map: size 0, latest_offset -1. Raises OffsetMapConfigError naming the argument.
+        """
+        budget = _integer("memory_bytes", memory_bytes)
+        factor = _load_factor(load_factor)
+        self._seed = _inputs.seed_value(seed)
+        slots = budget // BYTES_PER_SLOT if budget >= 0 else 0
+        if slots < 1:
+            raise OffsetMapConfigError(
+                "memory_bytes", memory_bytes, f"expected at least {BYTES_PER_SLOT} bytes (one slot)"
+            )
+        if slots > SLOTS_MAX:
+            raise OffsetMapConfigError(
+                "memory_bytes", memory_bytes, f"expected at most {SLOTS_MAX * BYTES_PER_SLOT} bytes ({SLOTS_MAX} slots)"
+            )
+        if not slots * factor > 1:
+            raise OffsetMapConfigError(
+                "memory_bytes",
+                memory_bytes,
+                f"{slots} slots x load factor {factor} must exceed 1 or no round could make progress "
+                "(increase log.cleaner.dedupe.buffer.size or decrease log.cleaner.threads)",
+            )
+        self._memory_bytes = budget
+        self._load_factor = factor
+        self._slots = slots
+        self._capacity = _capacity(slots, factor)
+        self._buckets_choice = np.uint64(max(1, slots // _kernels.BUCKET_SLOTS))
+        self._buckets_all = -(-slots // _kernels.BUCKET_SLOTS)
+        self._table = _allocate_table(slots)
+        self._size = 0
+        self._latest_offset = -1
+        self.clear()
+
+    # -------------------------------------------------------------------------------------------- read-only
+
+    @property
+    def memory_bytes(self) -> int:
+        """The budget given to the constructor (at most 23 bytes of it are unused)."""
+        return self._memory_bytes
+
+    @property
+    def load_factor(self) -> float:
+        return self._load_factor
+
+    @property
+    def slots(self) -> int:
+        """`floor(memory_bytes / 24)`."""
+        return self._slots
+
+    @property
+    def capacity(self) -> int:
+        """Distinct keys one round may index: `floor(slots x load_factor)`."""
+        return self._capacity
+
+    @property
+    def size(self) -> int:
+        """Distinct keys held."""
+        return self._size
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def utilization(self) -> float:
+        """`size / slots`, as Kafka reports it (max-buffer-utilization-percent is this x 100)."""
+        return self._size / self._slots
+
+    @property
+    def latest_offset(self) -> int:
+        """Last offset consumed by put/insert or set by advance_latest_offset; -1 when empty."""
+        return self._latest_offset
+
+    @property
+    def seed(self) -> int:
+        """The MurmurHash3 seed keys are hashed with; change it with `reset(seed)`."""
+        return self._seed
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the table: exactly `slots x 24`."""
+        return self._table.nbytes
+
+    @property
+    def table(self) -> np.ndarray:
+        """Read-only (slots, 3) uint64 view of the table: columns h1, h2, offset (all ones = empty slot)."""
+        view = self._table.reshape(self._slots, _kernels.WORDS_PER_SLOT).view()
+        view.flags.writeable = False
+        return view
+
+    def __repr__(self) -> str:
+        return (
+            f"OffsetMap(slots={self._slots}, capacity={self._capacity}, size={self._size}, "
+            f"latest_offset={self._latest_offset}, seed={self._seed})"
+        )
+
+    # -------------------------------------------------------------------------------------------- single key
+
+    def put(self, key: bytes | bytearray | memoryview, offset: int) -> None:
+        """Map `key` to `offset` (overwriting a known key) and make `offset` the latest offset.
+
+        Requires `offset >= max(latest_offset, 0)`. Raises OffsetOrderError if not, OffsetMapFullError if the
+        key is new and the map already holds `capacity` keys (then nothing changes), OffsetMapInputError for a
+        key that is not bytes-like.
+        """
+        value = _inputs.offset_value(offset)
+        floor = max(self._latest_offset, 0)
+        if value < floor:
+            raise OffsetOrderError(0, value, floor)
+        h1, h2 = hash_key(key, self._seed)
+        status, size = _kernels.put_one(
+            self._table,
+            self._slots,
+            self._buckets_choice,
+            self._buckets_all,
+            np.uint64(h1),
+            np.uint64(h2),
+            value,
+            self._size,
+            self._capacity,
+        )
+        if status == _kernels.STATUS_FULL:
+            raise OffsetMapFullError(self._size, self._capacity)
+        self._size = int(size)
+        self._latest_offset = value
+
+    def get(self, key: bytes | bytearray | memoryview) -> int:
+        """The offset last put for `key`, or -1 if the map does not hold it."""
+        h1, h2 = hash_key(key, self._seed)
+        return int(
+            _kernels.get_one(
+                self._table, self._slots, self._buckets_choice, self._buckets_all, np.uint64(h1), np.uint64(h2)
+            )
+        )
+
+    def advance_latest_offset(self, offset: int) -> None:
+        """Set `latest_offset` without inserting (Kafka's updateLatestOffset: a batch's last offset, a gap).
+
+        Requires `offset >= latest_offset` and offset >= 0; raises OffsetOrderError otherwise.
+        """
+        value = _inputs.offset_value(offset)
+        floor = max(self._latest_offset, 0)
+        if value < floor:
+            raise OffsetOrderError(0, value, floor)
+        self._latest_offset = value
+
+    # -------------------------------------------------------------------------------------------- bulk
+
+    def insert_hashes(self, h1: np.ndarray, h2: np.ndarray, offsets: np.ndarray) -> int:
+        """Insert `(h1[i], h2[i]) -> offsets[i]` in input order; return the number of entries consumed.
+
+        Requires equal-length 1-D arrays: h1/h2 uint64 (int64 is reinterpreted) hashed with this map's `seed`,
+        offsets integer, non-decreasing, none below `max(latest_offset, 0)`.
+        Ensures: entries [0, consumed) are applied, a repeated key keeping its last offset; consumed == len unless
+        entry `consumed` holds a new key while size == capacity, in which case that entry and all after it are
+        untouched; latest_offset = offsets[consumed - 1] when consumed > 0.
+        Raises OffsetOrderError / OffsetMapInputError before writing anything.
+        """
+        words1 = _inputs.hash_words("h1", h1)
+        words2 = _inputs.hash_words("h2", h2)
+        offs = _inputs.int64_vector("offsets", offsets)
+        count = _inputs.same_length(h1=words1, h2=words2, offsets=offs)
+        if count == 0:
+            return 0
+        _inputs.check_offsets(offs, max(self._latest_offset, 0))
+        consumed, size = _kernels.insert_hashes(
+            self._table,
+            self._slots,
+            self._buckets_choice,
+            self._buckets_all,
+            words1,
+            words2,
+            offs,
+            self._size,
+            self._capacity,
+        )
+        return self._consumed(int(consumed), int(size), offs)
+
+    def lookup_hashes(self, h1: np.ndarray, h2: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Offsets stored for `(h1[i], h2[i])`, -1 where absent, as an int64 array (`out` if given).
+
+        Requires equal-length 1-D uint64 (or int64) arrays hashed with this map's `seed`; `out`, if given, a
+        writable contiguous int64 array of the same length. Raises OffsetMapInputError.
+        """
+        words1 = _inputs.hash_words("h1", h1)
+        words2 = _inputs.hash_words("h2", h2)
+        count = _inputs.same_length(h1=words1, h2=words2)
+        result = _output(out, count)
+        _kernels.lookup_hashes(
+            self._table, self._slots, self._buckets_choice, self._buckets_all, words1, words2, result
+        )
+        return result
+
+    def insert_key_spans(
+        self,
+        buf: np.ndarray | bytes | bytearray | memoryview,
+        key_pos: np.ndarray,
+        key_len: np.ndarray,
+        offsets: np.ndarray,
+    ) -> int:
+        """Hash the keys at byte spans of `buf` (no copies) and insert them; return the entries consumed.
+
+        Requires `buf` a 1-D uint8 array or bytes-like object; key_pos/key_len/offsets of equal length; each
+        key_len -1 (null key) or a span inside `buf`; offsets as for `insert_hashes` (null-key records included).
+        Ensures the same as `insert_hashes` with the keys hashed under `seed`, except that null-key records are
+        consumed without being inserted (and can set latest_offset when they are the last consumed entry).
+        Raises KeySpanError / OffsetOrderError / OffsetMapInputError before writing anything.
+        """
+        buffer = _inputs.byte_buffer(buf)
+        positions = _inputs.int64_vector("key_pos", key_pos)
+        lengths = _inputs.length_vector("key_len", key_len)
+        offs = _inputs.int64_vector("offsets", offsets)
+        count = _inputs.same_length(key_pos=positions, key_len=lengths, offsets=offs)
+        if count == 0:
+            return 0
+        _inputs.check_spans(buffer, positions, lengths)
+        _inputs.check_offsets(offs, max(self._latest_offset, 0))
+        consumed, size = _kernels.insert_spans(
+            self._table,
+            self._slots,
+            self._buckets_choice,
+            self._buckets_all,
+            buffer,
+            positions,
+            lengths,
+            offs,
+            np.uint64(self._seed),
+            self._size,
+            self._capacity,
+        )
+        return self._consumed(int(consumed), int(size), offs)
+
+    def lookup_key_spans(
+        self,
+        buf: np.ndarray | bytes | bytearray | memoryview,
+        key_pos: np.ndarray,
+        key_len: np.ndarray,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Offsets stored for the keys at byte spans of `buf`, -1 where absent and for every null key.
+
+        Requires the same spans as `insert_key_spans`; `out` as for `lookup_hashes`.
+        Raises KeySpanError / OffsetMapInputError.
+        """
+        buffer = _inputs.byte_buffer(buf)
+        positions = _inputs.int64_vector("key_pos", key_pos)
+        lengths = _inputs.length_vector("key_len", key_len)
+        count = _inputs.same_length(key_pos=positions, key_len=lengths)
+        _inputs.check_spans(buffer, positions, lengths)
+        result = _output(out, count)
+        _kernels.lookup_spans(
+            self._table,
+            self._slots,
+            self._buckets_choice,
+            self._buckets_all,
+            buffer,
+            positions,
+            lengths,
+            np.uint64(self._seed),
+            result,
+        )
+        return result
+
+    # -------------------------------------------------------------------------------------------- rounds
+
+    def clear(self) -> None:
+        """Empty the map in place (same memory): size 0, latest_offset -1, seed unchanged."""
+        self._table.fill(_kernels.EMPTY_OFFSET_WORD)
+        self._size = 0
+        self._latest_offset = -1
+
+    def reset(self, seed: int) -> None:
+        """Clear the map and hash keys with `seed` from now on (a new seed per round).
+
+        Requires 0 <= seed <= SEED_MAX; raises OffsetMapConfigError (and leaves the map untouched) otherwise.
+        """
+        value = _inputs.seed_value(seed)
+        self.clear()
+        self._seed = value
+
+    # -------------------------------------------------------------------------------------------- private
+
+    def _consumed(self, consumed: int, size: int, offsets: np.ndarray) -> int:
+        assert 0 <= consumed <= offsets.size, "kernel consumed more entries than it was given"
+        assert self._size <= size <= self._capacity, "kernel broke the fill limit"
+        self._size = size
+        if consumed > 0:
+            self._latest_offset = int(offsets[consumed - 1])
+        return consumed
+
+
+def _integer(name: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise OffsetMapConfigError(name, value, "expected an integer, found bool")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise OffsetMapConfigError(name, value, "expected an integer") from None
+
+
+def _load_factor(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise OffsetMapConfigError("load_factor", value, "expected a number")
+    factor = float(value)
+    if not (math.isfinite(factor) and 0.0 < factor <= 1.0):
+        raise OffsetMapConfigError("load_factor", value, "expected 0 < load_factor <= 1")
+    return factor
+
+
+def _capacity(slots: int, factor: float) -> int:
+    # Kafka: (map.slots * dupBufferLoadFactor).toInt -- a double product truncated.
+    return int(slots * factor)
+
+
+def _allocate_table(slots: int) -> np.ndarray:
+    """A 64-byte aligned uint64 array of 3 x slots words (nbytes == slots x 24), not initialised."""
+    table_bytes = slots * BYTES_PER_SLOT
+    raw = np.empty(table_bytes + _TABLE_ALIGN_BYTES - 1, dtype=np.uint8)
+    start = -raw.ctypes.data % _TABLE_ALIGN_BYTES
+    table = raw[start : start + table_bytes].view(np.uint64)
+    assert table.ctypes.data % _TABLE_ALIGN_BYTES == 0 and table.nbytes == table_bytes
+    return table
+
+
+def _output(out: np.ndarray | None, count: int) -> np.ndarray:
+    if out is None:
+        return np.empty(count, dtype=np.int64)
+    if not isinstance(out, np.ndarray) or out.dtype != np.int64 or out.ndim != 1:
+        raise OffsetMapInputError("out", "expected a 1-D int64 array")
+    if out.size != count:
+        raise OffsetMapInputError("out", f"expected {count} elements, found {out.size}")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise OffsetMapInputError("out", "expected a writable contiguous array")
+    return out
