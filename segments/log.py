@@ -540,11 +540,25 @@ class PartitionLog:
             self._write_recovery_point(self.log_end_offset)
 
     def _write_recovery_point(self, offset: int) -> None:
+        self.write_log_dir_checkpoint(RECOVERY_POINT_CHECKPOINT, offset)
+
+    def read_log_dir_checkpoint(self, name: str) -> int | None:
+        """This partition's entry in the log-dir checkpoint file `name` (e.g. cleaner-offset-checkpoint)."""
+        return self._root_checkpoint(name).get((self.topic, self.partition))
+
+    def write_log_dir_checkpoint(self, name: str, offset: int | None) -> None:
+        """Set (or, with None, remove) this partition's entry in the log-dir checkpoint file `name`.
+
+        The read-modify-write runs under the log dir's checkpoint lock, so partitions of one log dir
+        cleaned or written by different processes do not lose each other's entries.
+        """
         root = self.directory.parent
+        key = (self.topic, self.partition)
         with PartitionLock(root, _CHECKPOINT_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT):
-            update_offset_checkpoint(
-                root / RECOVERY_POINT_CHECKPOINT, {(self.topic, self.partition): offset}, file_ops=self.file_ops
-            )
+            if offset is None:
+                update_offset_checkpoint(root / name, {}, removals=[key], file_ops=self.file_ops)
+            else:
+                update_offset_checkpoint(root / name, {key: offset}, file_ops=self.file_ops)
 
     # ---- reading --------------------------------------------------------------------------------------
 

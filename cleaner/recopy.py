@@ -1,0 +1,428 @@
+"""The recopy phase of a round: every segment up to the end of what was indexed, filtered, group by group.
+
+Owns Kafka's `Cleaner.cleanSegments` + `MemoryRecords.filterTo` decisions, per batch and per record:
+
+Batch (in order): a data batch of an aborted transaction is discarded; a transaction marker whose
+transaction has no data left is discardable, and its records go once its delete horizon has passed; a
+producer's last batch (of a producer not yet expired) and the last batch of each group are kept, as an
+empty 61-byte header if nothing else survives; any other batch left with no records is dropped.
+
+Record: control records are kept (unless their batch's records are discarded); records past the map's
+latest offset are kept; unkeyed records are dropped and counted as invalid; a keyed record is kept iff it
+is the latest for its key (offset ≥ map[key]) and it has a value or its tombstone is still retained (v2:
+the batch has no delete horizon yet or now < horizon; v0/v1: the segment's mtime is after the legacy
+horizon).
+
+Output: an untouched batch is copied byte for byte; a batch that lost records or needs its delete horizon
+stamped (it keeps a tombstone, or is a discardable marker, and has no horizon yet) is rebuilt with the same
+base offset, last offset delta, producer fields, leader epoch, codec and timestamp type, base timestamp =
+the horizon (bit 6) or the first kept record's timestamp, record timestamps unchanged. Legacy wrappers that
+lose inner messages are re-compressed as a new wrapper in their own magic; empty legacy batches are never
+written.
+
+Why the last batch of *each group* is kept (Kafka keeps only the round's last, KAFKA-17076): crash recovery
+removes the old segments whose base lies below the new segment's next offset; keeping each group's last
+batch makes that range cover the whole group, so a crash mid-swap leaves each group exactly old or new.
+
+All decisions are numpy over a window's scan arrays; Python loops only per batch that must be rebuilt.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from offsetmap import OffsetMap, hash_key_spans
+from segments import format as fmt
+from segments.errors import CorruptRecordError
+from segments.legacy import encode_legacy_wrapper
+from segments.log import PartitionLog
+from segments.records import Record, encode_batch_from_region
+from segments.scan import ScanBuffers, scan
+from segments.segment import LogSegment
+from segments.txnindex import AbortedTxn
+
+from ._kernels import copy_records, rebase_records
+from .survey import LogSurvey
+
+__all__ = ["RecopyContext", "RecopyStats", "clean_group", "group_segments"]
+
+WINDOW_BYTES = 16 * 1024 * 1024
+
+ACTION_DROP = 0
+ACTION_VERBATIM = 1
+ACTION_REBUILD = 2
+ACTION_EMPTY = 3
+
+
+@dataclass(frozen=True, slots=True)
+class RecopyContext:
+    """What every decision of one round depends on."""
+
+    offset_map: OffsetMap
+    latest_offset: int  # the map covers [first dirty, latest_offset]; later records are kept
+    survey: LogSurvey
+    now_ms: int
+    delete_retention_ms: int
+    legacy_delete_horizon_ms: int
+    producer_expiration_ms: int
+    dry_run: bool = False
+
+
+@dataclass(slots=True)
+class RecopyStats:
+    """Counters of the recopy phase (summed over groups)."""
+
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_written: int = 0
+    batches_read: int = 0
+    batches_written: int = 0
+    batches_copied_verbatim: int = 0
+    batches_rebuilt: int = 0
+    batches_emptied: int = 0
+    invalid_records: int = 0
+    tombstones_stamped_batches: int = 0
+    elapsed_s: float = 0.0
+    groups: list[tuple[int, int]] = field(default_factory=list)  # (first base, segments) per group
+
+
+def group_segments(
+    segments: list[LogSegment], end_offset: int, *, segment_bytes: int, segment_index_bytes: int
+) -> list[list[LogSegment]]:
+    """Kafka's `groupSegmentsBySize` over the segments that hold offsets below `end_offset`.
+
+    A group grows while its log bytes stay ≤ segment.bytes, each of its index files' bytes ≤
+    segment.index.bytes, and the next segment is empty or its estimated last offset stays within 2^31-1 of
+    the group's base offset.
+    """
+    segs = [s for s in segments if s.base_offset < end_offset]
+    groups: list[list[LogSegment]] = []
+    i = 0
+
+    def index_bytes(seg: LogSegment) -> tuple[int, int]:
+        sizes = []
+        for path in (seg.paths.index, seg.paths.timeindex):
+            try:
+                sizes.append(os.stat(path).st_size)
+            except FileNotFoundError:
+                sizes.append(0)
+        return sizes[0], sizes[1]
+
+    while i < len(segs):
+        group = [segs[i]]
+        log_size = segs[i].size_bytes
+        offset_index_size, time_index_size = index_bytes(segs[i])
+        i += 1
+        while i < len(segs):
+            nxt = segs[i]
+            nxt_index, nxt_time = index_bytes(nxt)
+            estimated_last = (segs[i + 1].base_offset - 1) if i + 1 < len(segs) else end_offset - 1
+            if (
+                log_size + nxt.size_bytes <= segment_bytes
+                and offset_index_size + nxt_index <= segment_index_bytes
+                and time_index_size + nxt_time <= segment_index_bytes
+                and (nxt.size_bytes == 0 or estimated_last - group[0].base_offset <= fmt.RELATIVE_OFFSET_MAX)
+            ):
+                group.append(nxt)
+                log_size += nxt.size_bytes
+                offset_index_size += nxt_index
+                time_index_size += nxt_time
+                i += 1
+            else:
+                break
+        groups.append(group)
+    return groups
+
+
+@dataclass(slots=True)
+class _Output:
+    """Output batches of one window: byte pieces and, per batch, relative position, last offset, max ts."""
+
+    pieces: list = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    last_offsets: list[int] = field(default_factory=list)
+    max_timestamps: list[int] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, data, last_offset: int, max_timestamp: int) -> None:
+        self.positions.append(self.size)
+        self.last_offsets.append(last_offset)
+        self.max_timestamps.append(max_timestamp)
+        self.pieces.append(data)
+        self.size += len(data)
+
+
+def _producer_last_batches(result, ctx: RecopyContext) -> np.ndarray:
+    """True for batches that are their producer's last batch (data, or a final marker) while it is active."""
+    out = np.zeros(result.n_batches, dtype=bool)
+    pids = result.producer_id
+    has_pid = np.nonzero((pids >= 0) & (result.magic == fmt.MAGIC_V2))[0]
+    if not len(has_pid):
+        return out
+    expired_before = ctx.now_ms - ctx.producer_expiration_ms
+    control = result.is_control
+    for pid in np.unique(pids[has_pid]).tolist():
+        state = ctx.survey.producers.get(pid)
+        if state is None:
+            continue
+        if state.last_timestamp < expired_before and state.open_txn_first_offset < 0:
+            continue  # expired: its sequence state no longer needs to survive
+        idx = has_pid[pids[has_pid] == pid]
+        last = result.last_offset[idx]
+        data_last = ~control[idx] & (last == state.last_data_offset)
+        marker_last = control[idx] & state.last_entry_is_control & (last == state.last_entry_offset)
+        out[idx] = data_last | marker_last
+    return out
+
+
+def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_last: int):
+    """Per-batch actions and the per-record keep mask for one window (see the module docstring)."""
+    n = result.n_batches
+    survey = ctx.survey
+    bi = result.batch_index
+    control = result.is_control
+    v2 = result.magic == fmt.MAGIC_V2
+    horizon = result.delete_horizon_ms
+    has_horizon = horizon >= 0
+    aborted = survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional) & ~control
+    marker_discardable = np.zeros(n, dtype=bool)
+    for i in np.nonzero(control)[0].tolist():
+        marker_discardable[i] = result.records_count[i] == 0 or survey.marker_has_no_data(
+            int(result.producer_id[i]), int(result.base_offset[i])
+        )
+    discard_records = np.where(control, marker_discardable & has_horizon & (horizon <= ctx.now_ms), aborted)
+    retain_empty = v2 & _producer_last_batches(result, ctx)
+    if group_last >= 0:
+        retain_empty[group_last] |= v2[group_last]
+    offsets = result.offset
+    beyond = offsets > ctx.latest_offset
+    keyed = result.key_len >= 0
+    lookup = np.nonzero(keyed & ~beyond & ~control[bi])[0]
+    latest_for_key = np.full(result.n_records, -1, dtype=np.int64)
+    if len(lookup):
+        in_arena = result.record_in_arena[lookup] if len(result.arena) else np.zeros(len(lookup), dtype=bool)
+        for flag, source in ((False, result.buffer), (True, result.arena)):
+            sel = np.nonzero(in_arena == flag)[0]
+            if len(sel):
+                r = lookup[sel]
+                h1, h2 = hash_key_spans(source, result.key_pos[r], result.key_len[r], ctx.offset_map.seed)
+                latest_for_key[r] = ctx.offset_map.lookup_hashes(h1, h2)
+    tombstone = result.value_len < 0
+    retain_tombstone = np.where(v2, ~has_horizon | (ctx.now_ms < horizon), retain_tombstones_legacy)
+    live = ~discard_records[bi]
+    keep = live & (
+        control[bi] | beyond | (keyed & (offsets >= latest_for_key) & (~tombstone | retain_tombstone[bi]))
+    )
+    invalid = int(np.count_nonzero(live & ~control[bi] & ~beyond & ~keyed))
+    kept = np.bincount(bi, weights=keep, minlength=n).astype(np.int64)
+    kept_tombstones = np.bincount(bi[keep & tombstone], minlength=n)
+    needs_horizon = v2 & (kept > 0) & ~has_horizon & ((kept_tombstones > 0) | (control & marker_discardable))
+    action = np.full(n, ACTION_DROP, dtype=np.int8)
+    action[(kept > 0) & (kept == result.records_count) & ~needs_horizon] = ACTION_VERBATIM
+    action[(kept > 0) & ((kept < result.records_count) | needs_horizon)] = ACTION_REBUILD
+    action[(kept == 0) & retain_empty] = ACTION_EMPTY
+    return action, keep, needs_horizon, invalid
+
+
+def _empty_batch(result, i: int) -> bytes:
+    """The 61-byte header Kafka keeps for a batch that must stay but has no records left."""
+    attributes = int(result.attributes[i]) & ~(fmt.COMPRESSION_MASK | fmt.DELETE_HORIZON_FLAG)
+    return encode_batch_from_region(
+        b"",
+        records_count=0,
+        base_offset=int(result.base_offset[i]),
+        last_offset_delta=int(result.last_offset[i] - result.base_offset[i]),
+        base_timestamp=fmt.NO_TIMESTAMP,
+        max_timestamp=int(result.max_timestamp[i]),
+        attributes=attributes,
+        partition_leader_epoch=int(result.partition_leader_epoch[i]),
+        producer_id=int(result.producer_id[i]),
+        producer_epoch=int(result.producer_epoch[i]),
+        base_sequence=int(result.base_sequence[i]),
+    )
+
+
+def _rebuild_v2(result, i: int, records: np.ndarray, stamp_horizon: bool, ctx: RecopyContext) -> tuple[bytes, int]:
+    """A rebuilt v2 batch holding `records` (indices into the scan's record arrays); returns (bytes, max ts)."""
+    attributes = int(result.attributes[i])
+    log_append_time = bool(attributes & fmt.TIMESTAMP_TYPE_MASK)
+    timestamps = result.timestamp[records]
+    if result.delete_horizon_ms[i] >= 0:
+        base_ts = int(result.delete_horizon_ms[i])  # an existing horizon is kept on later rewrites
+    elif stamp_horizon:
+        base_ts = ctx.now_ms + ctx.delete_retention_ms
+        attributes |= fmt.DELETE_HORIZON_FLAG
+    else:
+        base_ts = int(timestamps[0])
+    max_ts = int(result.max_timestamp[i]) if log_append_time else int(timestamps.max())
+    source = result.arena if result.records_in_arena[i] else result.buffer
+    pos = result.record_pos[records]
+    size = result.record_size[records]
+    out = np.empty(int(size.sum()) + 10 * len(records), dtype=np.uint8)
+    if not log_append_time and base_ts == int(result.base_timestamp[i]):
+        written = copy_records(source, pos, size, out)  # deltas unchanged: raw bytes as they are
+    else:
+        written = rebase_records(source, pos, size, (timestamps - base_ts).astype(np.int64), out)
+    data = encode_batch_from_region(
+        out[:written],
+        records_count=len(records),
+        base_offset=int(result.base_offset[i]),
+        last_offset_delta=int(result.last_offset[i] - result.base_offset[i]),
+        base_timestamp=base_ts,
+        max_timestamp=max_ts,
+        attributes=attributes,
+        partition_leader_epoch=int(result.partition_leader_epoch[i]),
+        producer_id=int(result.producer_id[i]),
+        producer_epoch=int(result.producer_epoch[i]),
+        base_sequence=int(result.base_sequence[i]),
+    )
+    return data, max_ts
+
+
+def _rebuild_legacy(result, i: int, records: np.ndarray) -> tuple[bytes, int, int]:
+    """A legacy wrapper re-compressed around its kept inner messages; returns (bytes, last offset, max ts)."""
+    attributes = int(result.attributes[i])
+    timestamp_type = 1 if attributes & fmt.LEGACY_TIMESTAMP_TYPE_MASK else 0
+    inner = [
+        Record(offset=int(result.offset[r]), timestamp=int(result.timestamp[r]), key=result.key_bytes(int(r)),
+               value=result.value_bytes(int(r)))
+        for r in records.tolist()
+    ]
+    magic = int(result.magic[i])
+    wrapper_ts = int(result.max_timestamp[i]) if timestamp_type else None
+    data = encode_legacy_wrapper(
+        inner, magic=magic, codec=attributes & fmt.COMPRESSION_MASK, timestamp_type=timestamp_type,
+        wrapper_timestamp=wrapper_ts,
+    )
+    max_ts = wrapper_ts if wrapper_ts is not None else (max(r.timestamp for r in inner) if magic else -1)
+    return data, inner[-1].offset, max_ts
+
+
+def _window_output(result, window: bytes, ctx: RecopyContext, action, keep, needs_horizon, stats: RecopyStats) -> _Output:
+    out = _Output()
+    view = memoryview(window)
+    base = result.base_position
+    record_start = result.record_start
+    for i, a in enumerate(action.tolist()):
+        if a == ACTION_VERBATIM:
+            p = int(result.batch_position[i]) - base
+            out.add(view[p : p + int(result.batch_size[i])], int(result.last_offset[i]), int(result.max_timestamp[i]))
+            stats.batches_copied_verbatim += 1
+            continue
+        if a == ACTION_DROP:
+            continue
+        if a == ACTION_EMPTY:
+            out.add(_empty_batch(result, i), int(result.last_offset[i]), int(result.max_timestamp[i]))
+            stats.batches_emptied += 1
+            continue
+        records = np.arange(record_start[i], record_start[i + 1])[keep[record_start[i] : record_start[i + 1]]]
+        if result.magic[i] == fmt.MAGIC_V2:
+            data, max_ts = _rebuild_v2(result, i, records, bool(needs_horizon[i]), ctx)
+            out.add(data, int(result.last_offset[i]), max_ts)
+            stats.tombstones_stamped_batches += int(needs_horizon[i])
+        else:
+            data, last, max_ts = _rebuild_legacy(result, i, records)
+            out.add(data, last, max_ts)
+        stats.batches_rebuilt += 1
+    return out
+
+
+def clean_group(
+    log: PartitionLog,
+    group: list[LogSegment],
+    ctx: RecopyContext,
+    stats: RecopyStats,
+    *,
+    check_abort: Callable[[], None] = lambda: None,
+    on_bytes: Callable[[int], None] = lambda n: None,
+) -> LogSegment | None:
+    """Write the `.cleaned` segment replacing `group` (fsynced, mtime of the group's last segment).
+
+    Returns it unswapped (None in a dry run). On any error the `.cleaned` files are removed and the error
+    propagates; the log itself is untouched.
+    """
+    started = time.monotonic()
+    cleaned = None if ctx.dry_run else log.new_cleaned_segment(group[0].base_offset)
+    try:
+        original_txns = {}
+        for seg in group:
+            if seg.paths.txnindex.exists():
+                for txn in seg.txn_index.all_aborted():
+                    original_txns[(txn.producer_id, txn.last_offset)] = txn
+        nonempty = [k for k, s in enumerate(group) if s.size_bytes > 0]
+        last_nonempty = nonempty[-1] if nonempty else -1
+        kept_markers: list[int] = []
+        buffers = ScanBuffers()
+        for k, seg in enumerate(group):
+            retain_legacy_tombstones = seg.last_modified_ns() // 1_000_000 > ctx.legacy_delete_horizon_ms
+            pos = 0
+            size = seg.size_bytes
+            while pos < size:
+                check_abort()
+                window = seg.pread(pos, min(WINDOW_BYTES, size - pos))
+                try:
+                    result = scan(window, base_position=pos, verify_crc=True, buffers=buffers)
+                    if result.n_batches == 0 and result.torn_tail and 0 < result.torn_batch_bytes <= size - pos:
+                        window = seg.pread(pos, result.torn_batch_bytes)
+                        result = scan(window, base_position=pos, verify_crc=True, buffers=buffers)
+                except CorruptRecordError as exc:
+                    raise exc.located(seg.paths.log, 0) from None
+                if result.n_batches == 0:
+                    raise CorruptRecordError(
+                        f"incomplete batch in an inactive segment ({size - pos} bytes left)",
+                        position=pos,
+                        path=seg.paths.log,
+                    )
+                read = result.end_position - pos
+                stats.bytes_read += read
+                on_bytes(read)
+                stats.records_read += result.n_records
+                stats.batches_read += result.n_batches
+                group_last = result.n_batches - 1 if (k == last_nonempty and result.end_position == size) else -1
+                action, keep, needs_horizon, invalid = _decide(result, ctx, retain_legacy_tombstones, group_last)
+                stats.invalid_records += invalid
+                stats.records_written += int(np.count_nonzero(keep))
+                out = _window_output(result, window, ctx, action, keep, needs_horizon, stats)
+                stats.batches_written += len(out.positions)
+                kept_control = np.nonzero(result.is_control & (action != ACTION_DROP))[0]
+                kept_markers.extend(int(result.base_offset[j]) for j in kept_control.tolist())
+                if out.pieces:
+                    stats.bytes_written += out.size
+                    on_bytes(out.size)
+                    if cleaned is not None:
+                        cleaned.append_batches(
+                            b"".join(out.pieces), np.array(out.positions), np.array(out.last_offsets),
+                            np.array(out.max_timestamps),
+                        )
+                pos = result.end_position
+        if cleaned is not None:
+            _write_txn_index(cleaned, group, kept_markers, original_txns, ctx.survey)
+            cleaned.finalise()
+            cleaned.set_last_modified_ns(group[-1].last_modified_ns())
+        stats.groups.append((group[0].base_offset, len(group)))
+        return cleaned
+    except BaseException:
+        if cleaned is not None:
+            cleaned.delete_files()
+        raise
+    finally:
+        stats.elapsed_s += time.monotonic() - started
+
+
+def _write_txn_index(cleaned: LogSegment, group, kept_markers: list[int], original: dict, survey: LogSurvey) -> None:
+    """The cleaned segment's `.txnindex`: aborted transactions whose ABORT marker it keeps while data remains."""
+    start = group[0].base_offset
+    end = max(cleaned.read_next_offset(), start)
+    kept = set(kept_markers)
+    for txn in survey.aborted_transactions_ending_in(start, end):
+        if txn.marker_offset not in kept or txn.data_batches == 0:
+            continue
+        entry = original.get((txn.producer_id, txn.marker_offset))
+        lso = entry.last_stable_offset if entry is not None else txn.marker_offset + 1
+        cleaned.txn_index.append(AbortedTxn(0, txn.producer_id, txn.first_offset, txn.marker_offset, lso))

@@ -1,0 +1,206 @@
+"""One cleaning round of one partition: survey, range, index, recopy group by group, swap, checkpoint.
+
+Owns Kafka's `Cleaner.clean` for a single log, single-threaded, with no globals: everything it depends on
+(settings, the offset map, the clock, the abort check, the I/O accounting) is passed in. The manager and
+the thread pool (which log next, when, on which thread) live elsewhere.
+
+Guarantees: offsets never change and records never reorder; each group is swapped in atomically (see
+`segments.log.PartitionLog.replace_segments`); corruption anywhere in the log is found by the survey
+before anything is swapped, and then the round raises `CorruptRecordError` (file and position) with the log
+byte-for-byte as it was; an abort (`check_abort` raising) between windows removes the group's `.cleaned`
+files and leaves every group old or new. The cleaner checkpoint is written only after every group swapped.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from offsetmap import OffsetMap
+from segments.checkpoint import CLEANER_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
+from segments.log import PartitionLog
+
+from .cleanable import CleanableRange, cleanable_range
+from .indexing import build_offset_map
+from .recopy import RecopyContext, RecopyStats, clean_group, group_segments
+from .settings import TopicSettings
+from .survey import survey_log
+
+__all__ = ["CleaningAbortedError", "RoundResult", "clean_round"]
+
+log = logging.getLogger(__name__)
+
+PRODUCER_ID_EXPIRATION_MS_DEFAULT = 86_400_000
+
+
+class CleaningAbortedError(Exception):
+    """Raised by a `check_abort` callable to stop a round at the next window boundary."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    """What one round did (the figures of Kafka's per-round log line, and more)."""
+
+    topic: str
+    partition: int
+    first_dirty: int
+    end_offset: int  # the new checkpoint: the first offset not cleaned by this round
+    first_uncleanable: int
+    bound: str
+    dry_run: bool
+    map_full: bool
+    map_utilization: float
+    records_indexed: int
+    bytes_read: int
+    bytes_written: int
+    records_read: int
+    records_written: int
+    batches_read: int
+    batches_written: int
+    batches_rebuilt: int
+    batches_emptied: int
+    invalid_records: int
+    size_before_bytes: int
+    size_after_bytes: int
+    groups: int
+    survey_s: float
+    index_s: float
+    recopy_s: float
+    elapsed_s: float
+
+    @property
+    def done(self) -> bool:
+        """True when the dirty section is fully cleaned (no further round needed now)."""
+        return self.end_offset >= self.first_uncleanable
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def log_line(self) -> str:
+        mb = 1024 * 1024
+        reduction = 100.0 * (1 - self.size_after_bytes / self.size_before_bytes) if self.size_before_bytes else 0.0
+        return (
+            f"cleaned log {self.topic}-{self.partition} (dirty section = [{self.first_dirty}, {self.end_offset}]) "
+            f"{self.bytes_read / mb:.1f} MB of log processed in {self.elapsed_s:.1f} seconds "
+            f"({self.bytes_read / mb / max(self.elapsed_s, 1e-9):.1f} MB/sec); "
+            f"indexed {self.records_indexed} records in {self.index_s:.2f} s ({100 * self.index_s / max(self.elapsed_s, 1e-9):.0f}% of time), "
+            f"buffer utilization {100 * self.map_utilization:.1f}%; "
+            f"cleaned {self.records_read} records into {self.records_written} in {self.recopy_s:.2f} s; "
+            f"size {self.size_before_bytes / mb:.1f} MB -> {self.size_after_bytes / mb:.1f} MB ({reduction:.1f}% size reduction); "
+            f"invalid (unkeyed) records dropped: {self.invalid_records}"
+        )
+
+
+def clean_round(
+    log_: PartitionLog,
+    topic: TopicSettings,
+    offset_map: OffsetMap,
+    *,
+    now_ms: int,
+    producer_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+    forced_from: int | None = None,
+    forced_to: int | None = None,
+    dry_run: bool = False,
+    seed: int | None = None,
+    check_abort: Callable[[], None] = lambda: None,
+    on_bytes: Callable[[int], None] = lambda n: None,
+) -> RoundResult:
+    """Clean `log_` (opened in cleaner mode) once; see the module docstring.
+
+    The map is reset with `seed` (random when None) so that a rare 128-bit hash collision does not repeat
+    round after round. Raises `CorruptRecordError`, `CleaningAbortedError` (from `check_abort`), or
+    `OSError`; the log then holds every group either old or new and the checkpoint is unchanged.
+    """
+    started = time.monotonic()
+    log_.refresh(force=True)
+    size_before = log_.size_bytes
+    survey = survey_log(log_)
+    survey_s = time.monotonic() - started
+    on_bytes(survey.bytes_read)
+    checkpoint = log_.read_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT)
+    high_watermark = log_.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT)
+    rng = cleanable_range(
+        survey,
+        topic,
+        log_start_offset=log_.log_start_offset,
+        now_ms=now_ms,
+        checkpoint=checkpoint,
+        high_watermark=high_watermark,
+        forced_from=forced_from,
+        forced_to=forced_to,
+    )
+    if rng.checkpoint_was_reset and not dry_run:
+        log.warning(
+            "resetting first dirty offset of %s-%d to log start offset %d since the checkpointed offset %s is invalid",
+            log_.topic, log_.partition, rng.log_start_offset, checkpoint,
+        )
+        log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, rng.first_dirty)
+    if rng.empty:
+        return _result(log_, rng, None, None, RecopyStats(), dry_run, size_before, survey_s, 0.0, started, offset_map)
+    offset_map.reset(random.getrandbits(32) if seed is None else seed)
+    index = build_offset_map(
+        log_, survey, offset_map, rng.first_dirty, rng.first_uncleanable, check_abort=check_abort, on_bytes=on_bytes
+    )
+    segments = log_.segments
+    clean_section = [s for s in segments if s.base_offset < rng.first_dirty]
+    legacy_horizon = clean_section[-1].last_modified_ns() // 1_000_000 - topic.delete_retention_ms if clean_section else 0
+    ctx = RecopyContext(
+        offset_map=offset_map,
+        latest_offset=index.end_offset - 1,
+        survey=survey,
+        now_ms=now_ms,
+        delete_retention_ms=topic.delete_retention_ms,
+        legacy_delete_horizon_ms=legacy_horizon,
+        producer_expiration_ms=producer_expiration_ms,
+        dry_run=dry_run,
+    )
+    stats = RecopyStats()
+    groups = group_segments(
+        segments, index.end_offset, segment_bytes=topic.segment_bytes, segment_index_bytes=topic.segment_index_bytes
+    )
+    for group in groups:
+        cleaned = clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes)
+        if cleaned is not None:
+            log_.replace_segments([cleaned], group)
+    if not dry_run:
+        log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, index.end_offset)
+    result = _result(log_, rng, index, groups, stats, dry_run, size_before, survey_s, index.elapsed_s, started, offset_map)
+    log.info("%s", result.log_line())
+    if result.invalid_records:
+        log.warning("found %d invalid (unkeyed) records in %s-%d", result.invalid_records, log_.topic, log_.partition)
+    return result
+
+
+def _result(log_, rng: CleanableRange, index, groups, stats: RecopyStats, dry_run, size_before, survey_s, index_s, started, offset_map) -> RoundResult:
+    size_after = size_before - stats.bytes_read + stats.bytes_written if dry_run else log_.size_bytes
+    return RoundResult(
+        topic=log_.topic,
+        partition=log_.partition,
+        first_dirty=rng.first_dirty,
+        end_offset=index.end_offset if index is not None else rng.first_dirty,
+        first_uncleanable=rng.first_uncleanable,
+        bound=rng.bound,
+        dry_run=dry_run,
+        map_full=index.map_full if index is not None else False,
+        map_utilization=offset_map.utilization if index is not None else 0.0,
+        records_indexed=index.records_indexed if index is not None else 0,
+        bytes_read=stats.bytes_read + (index.bytes_read if index is not None else 0),
+        bytes_written=stats.bytes_written,
+        records_read=stats.records_read,
+        records_written=stats.records_written,
+        batches_read=stats.batches_read,
+        batches_written=stats.batches_written,
+        batches_rebuilt=stats.batches_rebuilt,
+        batches_emptied=stats.batches_emptied,
+        invalid_records=stats.invalid_records,
+        size_before_bytes=size_before,
+        size_after_bytes=size_after,
+        groups=len(groups) if groups is not None else 0,
+        survey_s=survey_s,
+        index_s=index_s,
+        recopy_s=stats.elapsed_s,
+        elapsed_s=time.monotonic() - started,
+    )

@@ -1,0 +1,270 @@
+"""Kafka-named settings: their defaults, types and ranges, and the resolved values a round uses.
+
+Owns the table of every setting an operator may type (`log.cleaner.dedupe.buffer.size`,
+`delete.retention.ms`, ...), parsing a value given as text (`--set KEY=VALUE`, a TOML file or a Kafka
+`server.properties`), rejecting a bad one with a message naming the key, the value and the allowed range,
+and resolving a topic's effective settings: topic override, else the broker-level synonym, else Kafka's
+default. It does no I/O beyond parsing text it is given and holds no global state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BROKER_SETTINGS",
+    "TOPIC_SETTINGS",
+    "SettingError",
+    "Settings",
+    "TopicSettings",
+    "parse_size",
+]
+
+_LONG_MAX = 2**63 - 1
+_INT_MAX = 2**31 - 1
+
+
+class SettingError(ValueError):
+    """A setting name that does not exist, or a value outside its allowed range."""
+
+    def __init__(self, key: str, value: object, reason: str) -> None:
+        self.key = key
+        self.value = value
+        self.reason = reason
+        super().__init__(f"setting {key!r} = {value!r}: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One Kafka setting: its type ("int", "float", "bool", "list", "str"), default and inclusive range."""
+
+    name: str
+    kind: str
+    default: Any
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    def parse(self, value: object) -> Any:
+        """The typed value of `value` (text or already typed); raises `SettingError` if out of range."""
+        try:
+            if self.kind == "int":
+                parsed = value if isinstance(value, int) and not isinstance(value, bool) else parse_size(str(value))
+            elif self.kind == "float":
+                parsed = float(value)
+                if math.isnan(parsed):
+                    raise ValueError("NaN")
+            elif self.kind == "bool":
+                if isinstance(value, bool):
+                    parsed = value
+                elif str(value).strip().lower() in ("true", "false"):
+                    parsed = str(value).strip().lower() == "true"
+                else:
+                    raise ValueError("expected true or false")
+            elif self.kind == "list":
+                items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+                parsed = tuple(str(v).strip() for v in items if str(v).strip())
+            else:
+                parsed = str(value)
+        except (TypeError, ValueError) as exc:
+            raise SettingError(self.name, value, f"not a valid {self.kind} ({exc})") from None
+        if self.kind in ("int", "float"):
+            if (self.low is not None and parsed < self.low) or (self.high is not None and parsed > self.high):
+                raise SettingError(self.name, value, f"must be in [{_fmt(self.low)}, {_fmt(self.high)}]")
+        if self.choices:
+            values = parsed if isinstance(parsed, tuple) else (parsed,)
+            bad = [v for v in values if v not in self.choices]
+            if bad or not values:
+                raise SettingError(self.name, value, f"allowed values are {', '.join(self.choices)}")
+        return parsed
+
+
+def _fmt(bound: float | None) -> str:
+    if bound is None:
+        return "unbounded"
+    if bound == _LONG_MAX:
+        return "Long.MAX_VALUE"
+    if bound == _INT_MAX:
+        return "Int.MAX_VALUE"
+    return str(bound)
+
+
+def parse_size(text: str) -> int:
+    """An integer, optionally with a binary unit suffix (`128MiB`, `64k`, `1g`), or `Long.MAX_VALUE`."""
+    t = text.strip().replace("_", "")
+    if t in ("Long.MAX_VALUE", "9223372036854775807"):
+        return _LONG_MAX
+    units = {"kib": 1024, "k": 1024, "kb": 1024, "mib": 1024**2, "m": 1024**2, "mb": 1024**2,
+             "gib": 1024**3, "g": 1024**3, "gb": 1024**3}
+    lower = t.lower()
+    for suffix in sorted(units, key=len, reverse=True):
+        if lower.endswith(suffix) and lower[: -len(suffix)].strip().lstrip("-").isdigit():
+            return int(lower[: -len(suffix)]) * units[suffix]
+    return int(t)
+
+
+def _s(name, kind, default, low=None, high=None, choices=(), doc=""):
+    return Setting(name, kind, default, low, high, tuple(choices), doc)
+
+
+# Broker-level settings of the cleaner itself (Kafka's names and defaults).
+BROKER_SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in [
+        _s("log.dirs", "list", ("/tmp/kafka-logs",), doc="log directories holding <topic>-<partition>/ dirs"),
+        _s("log.cleaner.enable", "bool", True, doc="run the cleaner at all"),
+        _s("log.cleaner.threads", "int", 1, 1, 64, doc="cleaner threads; each has its own offset map"),
+        _s("log.cleaner.dedupe.buffer.size", "int", 128 * 1024 * 1024, 48, _LONG_MAX,
+           doc="offset-map memory across all threads (24 bytes a key slot)"),
+        _s("log.cleaner.io.buffer.load.factor", "float", 0.9, 0.01, 1.0, doc="max fill of the offset map"),
+        _s("log.cleaner.io.buffer.size", "int", 512 * 1024, 1024, _INT_MAX, doc="I/O buffer memory across threads"),
+        _s("log.cleaner.io.max.bytes.per.second", "float", 1.7976931348623157e308, 1.0, None,
+           doc="shared read+write throttle of all cleaner threads"),
+        _s("log.cleaner.backoff.ms", "int", 15_000, 0, _LONG_MAX, doc="sleep when no log is cleanable"),
+        _s("message.max.bytes", "int", 1_048_588, 0, _INT_MAX, doc="largest batch; floor of buffer growth"),
+        _s("producer.id.expiration.ms", "int", 86_400_000, 1, _INT_MAX,
+           doc="idle producers expire; their last batch no longer needs keeping"),
+        _s("log.retention.check.interval.ms", "int", 300_000, 1, _LONG_MAX),
+        # broker-level defaults of topic settings (synonyms)
+        _s("log.cleanup.policy", "list", ("delete",), choices=("delete", "compact")),
+        _s("log.cleaner.min.cleanable.ratio", "float", 0.5, 0.0, 1.0),
+        _s("log.cleaner.min.compaction.lag.ms", "int", 0, 0, _LONG_MAX),
+        _s("log.cleaner.max.compaction.lag.ms", "int", _LONG_MAX, 1, _LONG_MAX),
+        _s("log.cleaner.delete.retention.ms", "int", 86_400_000, 0, _LONG_MAX),
+        _s("log.segment.bytes", "int", 1024**3, 14, _INT_MAX),
+        _s("log.index.size.max.bytes", "int", 10 * 1024 * 1024, 24, _INT_MAX),
+        _s("log.index.interval.bytes", "int", 4096, 0, _INT_MAX),
+        _s("log.segment.delete.delay.ms", "int", 60_000, 0, _LONG_MAX),
+        _s("log.roll.ms", "int", 7 * 24 * 3600 * 1000, 1, _LONG_MAX),
+        _s("log.retention.ms", "int", 7 * 24 * 3600 * 1000, -1, _LONG_MAX),
+        _s("log.retention.bytes", "int", -1, -1, _LONG_MAX),
+        _s("log.preallocate", "bool", False),
+    ]
+}
+
+# Topic-level settings and their broker-level synonyms.
+TOPIC_SETTINGS: dict[str, tuple[Setting, str | None]] = {
+    s.name: (s, synonym)
+    for s, synonym in [
+        (_s("cleanup.policy", "list", ("delete",), choices=("delete", "compact")), "log.cleanup.policy"),
+        (_s("min.cleanable.dirty.ratio", "float", 0.5, 0.0, 1.0), "log.cleaner.min.cleanable.ratio"),
+        (_s("min.compaction.lag.ms", "int", 0, 0, _LONG_MAX), "log.cleaner.min.compaction.lag.ms"),
+        (_s("max.compaction.lag.ms", "int", _LONG_MAX, 1, _LONG_MAX), "log.cleaner.max.compaction.lag.ms"),
+        (_s("delete.retention.ms", "int", 86_400_000, 0, _LONG_MAX), "log.cleaner.delete.retention.ms"),
+        (_s("segment.bytes", "int", 1024**3, 14, _INT_MAX), "log.segment.bytes"),
+        (_s("segment.index.bytes", "int", 10 * 1024 * 1024, 24, _INT_MAX), "log.index.size.max.bytes"),
+        (_s("index.interval.bytes", "int", 4096, 0, _INT_MAX), "log.index.interval.bytes"),
+        (_s("file.delete.delay.ms", "int", 60_000, 0, _LONG_MAX), "log.segment.delete.delay.ms"),
+        (_s("segment.ms", "int", 7 * 24 * 3600 * 1000, 1, _LONG_MAX), "log.roll.ms"),
+        (_s("max.message.bytes", "int", 1_048_588, 0, _INT_MAX), "message.max.bytes"),
+        (_s("retention.ms", "int", 7 * 24 * 3600 * 1000, -1, _LONG_MAX), "log.retention.ms"),
+        (_s("retention.bytes", "int", -1, -1, _LONG_MAX), "log.retention.bytes"),
+        (_s("preallocate", "bool", False), "log.preallocate"),
+    ]
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """The effective settings of one topic for one round (Kafka names in comments)."""
+
+    cleanup_policy: tuple[str, ...]  # cleanup.policy
+    min_cleanable_dirty_ratio: float  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int  # min.compaction.lag.ms
+    max_compaction_lag_ms: int  # max.compaction.lag.ms
+    delete_retention_ms: int  # delete.retention.ms
+    segment_bytes: int  # segment.bytes
+    segment_index_bytes: int  # segment.index.bytes
+    index_interval_bytes: int  # index.interval.bytes
+    file_delete_delay_ms: int  # file.delete.delay.ms
+    segment_ms: int  # segment.ms
+    max_message_bytes: int  # max.message.bytes
+    retention_ms: int  # retention.ms
+    retention_bytes: int  # retention.bytes
+    preallocate: bool  # preallocate
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Broker-level values plus per-topic overrides, validated once at construction.
+
+    `broker` maps broker setting names to typed values (defaults filled in); `topics` maps a topic name
+    to its overrides by topic setting name. Unknown names raise `SettingError`.
+    """
+
+    broker: Mapping[str, Any] = field(default_factory=dict)
+    topics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    topic_defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mappings(
+        cls,
+        values: Mapping[str, object] | None = None,
+        topics: Mapping[str, Mapping[str, object]] | None = None,
+    ) -> "Settings":
+        """Settings from flat `values` (broker names, or topic names meaning "every topic") and topic tables."""
+        broker: dict[str, Any] = {name: s.default for name, s in BROKER_SETTINGS.items()}
+        topic_defaults: dict[str, Any] = {}
+        for key, raw in (values or {}).items():
+            if key in BROKER_SETTINGS:
+                broker[key] = BROKER_SETTINGS[key].parse(raw)
+            elif key in TOPIC_SETTINGS:
+                topic_defaults[key] = TOPIC_SETTINGS[key][0].parse(raw)
+            else:
+                raise SettingError(key, raw, "unknown setting (expected a Kafka broker or topic setting name)")
+        parsed_topics: dict[str, dict[str, Any]] = {}
+        for topic, overrides in (topics or {}).items():
+            parsed_topics[topic] = {}
+            for key, raw in overrides.items():
+                if key not in TOPIC_SETTINGS:
+                    raise SettingError(key, raw, f"unknown topic setting in [topics.{topic}]")
+                parsed_topics[topic][key] = TOPIC_SETTINGS[key][0].parse(raw)
+        settings = cls(broker, parsed_topics, topic_defaults)
+        settings._check_relations()
+        return settings
+
+    def with_overrides(self, values: Mapping[str, object]) -> "Settings":
+        """A copy with more flat values applied on top (as `--set` does over a config file)."""
+        flat: dict[str, object] = {k: v for k, v in self.broker.items()}
+        flat.update(self.topic_defaults)
+        flat.update(values)
+        return Settings.from_mappings(flat, self.topics)
+
+    def _check_relations(self) -> None:
+        threads = self.broker["log.cleaner.threads"]
+        for topic in [None, *self.topics]:
+            t = self.topic(topic or "")
+            if t.min_compaction_lag_ms > t.max_compaction_lag_ms:
+                raise SettingError(
+                    "min.compaction.lag.ms", t.min_compaction_lag_ms,
+                    f"must not exceed max.compaction.lag.ms ({t.max_compaction_lag_ms})",
+                )
+        per_thread = self.broker["log.cleaner.dedupe.buffer.size"] // threads
+        if per_thread < 48:
+            raise SettingError(
+                "log.cleaner.dedupe.buffer.size", self.broker["log.cleaner.dedupe.buffer.size"],
+                f"must give each of the {threads} cleaner thread(s) at least 48 bytes (two 24-byte map slots)",
+            )
+
+    def topic(self, topic: str) -> TopicSettings:
+        """The effective settings of `topic`: its override, else the broker synonym, else the default."""
+        overrides = self.topics.get(topic, {})
+        values = {}
+        for name, (setting, synonym) in TOPIC_SETTINGS.items():
+            if name in overrides:
+                values[name] = overrides[name]
+            elif name in self.topic_defaults:
+                values[name] = self.topic_defaults[name]
+            elif synonym is not None and synonym in self.broker:
+                values[name] = self.broker[synonym]
+            else:
+                values[name] = setting.default
+        return TopicSettings(**{name.replace(".", "_"): value for name, value in values.items()})

@@ -1,0 +1,240 @@
+"""The survey of a whole partition that a cleaning round's decisions need, from one pass over batch headers.
+
+Owns what Kafka's cleaner takes from the broker's producer and transaction state, rebuilt here from the
+files alone (a standalone cleaner has no broker): which transactions exist and how they ended (committed,
+aborted or still open), how many data batches each still has, each producer's last batch and last
+timestamp, and each segment's largest timestamp. It also checks every batch's CRC and framing of the
+inactive segments, so a round finds corruption before it swaps anything in.
+
+One pass over the headers (`segments.scan` with `headers_only`); control batches, which are rare, are
+decoded in full to learn their type. Memory is proportional to the number of transactions and producers,
+not to the log. It reads the active segment too (open transactions end there), without CRC checks, since
+its writer may be appending to it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from segments import format as fmt
+from segments.errors import CorruptRecordError
+from segments.log import PartitionLog
+from segments.records import decode_batch, decode_control_key
+from segments.scan import scan
+
+__all__ = ["LogSurvey", "ProducerState", "SegmentSurvey", "Transaction", "survey_log"]
+
+_WINDOW_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """One transaction of a producer: its first data offset, its marker (or -1 while open), its data batches."""
+
+    producer_id: int
+    first_offset: int
+    marker_offset: int  # -1: no marker yet (the transaction is open)
+    control_type: int  # fmt.CONTROL_TYPE_ABORT / _COMMIT, or -1 while open
+    data_batches: int
+
+    @property
+    def aborted(self) -> bool:
+        return self.control_type == fmt.CONTROL_TYPE_ABORT
+
+
+@dataclass(slots=True)
+class ProducerState:
+    """What the round needs of one producer id: its last data batch, its last batch of any kind, when."""
+
+    producer_id: int
+    last_data_offset: int = -1  # lastOffset of its last data batch
+    last_entry_offset: int = -1  # lastOffset of its last batch, data or control
+    last_entry_is_control: bool = False
+    last_timestamp: int = -1
+    open_txn_first_offset: int = -1
+    open_txn_data_batches: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSurvey:
+    base_offset: int
+    size_bytes: int
+    largest_timestamp: int  # max batch maxTimestamp; -1 when the segment holds no timestamps
+    first_batch_timestamp: int  # maxTimestamp of its first batch (-1 if empty)
+    next_offset: int  # last batch's lastOffset + 1, or the base offset if empty
+    last_modified_ms: int
+
+
+@dataclass
+class LogSurvey:
+    """The survey's result; see the module docstring."""
+
+    segments: list[SegmentSurvey]
+    producers: dict[int, ProducerState]
+    transactions: list[Transaction]
+    bytes_read: int = 0
+    # Per producer: sorted first offsets, marker offsets and kinds of its closed transactions.
+    _by_producer: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        grouped: dict[int, list[Transaction]] = {}
+        for txn in self.transactions:
+            if txn.marker_offset >= 0:
+                grouped.setdefault(txn.producer_id, []).append(txn)
+        for pid, txns in grouped.items():
+            txns.sort(key=lambda t: t.first_offset)
+            self._by_producer[pid] = (
+                np.array([t.first_offset for t in txns], dtype=np.int64),
+                np.array([t.marker_offset for t in txns], dtype=np.int64),
+                np.array([t.aborted for t in txns], dtype=bool),
+                np.array([t.data_batches for t in txns], dtype=np.int64),
+            )
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction (Kafka's first unstable offset), or None."""
+        firsts = [p.open_txn_first_offset for p in self.producers.values() if p.open_txn_first_offset >= 0]
+        return min(firsts) if firsts else None
+
+    def aborted_batches(self, producer_id: np.ndarray, base_offset: np.ndarray, transactional: np.ndarray) -> np.ndarray:
+        """For data batches: True where the batch belongs to a transaction that ended with an ABORT marker."""
+        out = np.zeros(len(producer_id), dtype=bool)
+        candidates = np.nonzero(transactional & (producer_id >= 0))[0]
+        if not len(candidates):
+            return out
+        for pid in np.unique(producer_id[candidates]).tolist():
+            txns = self._by_producer.get(pid)
+            if txns is None:
+                continue
+            firsts, markers, aborted, _ = txns
+            idx = candidates[producer_id[candidates] == pid]
+            j = np.searchsorted(firsts, base_offset[idx], side="right") - 1
+            inside = (j >= 0) & (base_offset[idx] <= markers[np.maximum(j, 0)])
+            out[idx] = inside & aborted[np.maximum(j, 0)]
+        return out
+
+    def marker_has_no_data(self, producer_id: int, marker_offset: int) -> bool:
+        """True if the transaction a marker ends has no data batch left in the log (Kafka: discardable)."""
+        txns = self._by_producer.get(producer_id)
+        if txns is None:
+            return True
+        firsts, markers, _, data_batches = txns
+        j = int(np.searchsorted(markers, marker_offset))
+        if j < len(markers) and markers[j] == marker_offset:
+            return bool(data_batches[j] == 0)
+        return True
+
+    def aborted_transactions_ending_in(self, start: int, end: int) -> list[Transaction]:
+        """Aborted transactions whose marker lies in [start, end), by marker offset (for `.txnindex`)."""
+        out = [t for t in self.transactions if t.aborted and start <= t.marker_offset < end]
+        out.sort(key=lambda t: t.marker_offset)
+        return out
+
+
+def survey_log(log: PartitionLog) -> LogSurvey:
+    """Survey every segment of `log` (a cleaner- or reader-mode log) in offset order.
+
+    Raises `CorruptRecordError` (file, position) for an invalid batch in an inactive segment, or an
+    incomplete batch at the end of one.
+    """
+    segments = log.segments
+    producers: dict[int, ProducerState] = {}
+    transactions: list[Transaction] = []
+    surveys: list[SegmentSurvey] = []
+    bytes_read = 0
+    for i, segment in enumerate(segments):
+        active = i == len(segments) - 1
+        largest_ts = -1
+        first_ts = -1
+        next_offset = segment.base_offset
+        pos = 0
+        size = segment.size_bytes
+        while pos < size:
+            window = segment.pread(pos, min(_WINDOW_BYTES, size - pos))
+            bytes_read += len(window)
+            try:
+                result = scan(window, base_position=pos, verify_crc=not active, headers_only=True)
+                if result.n_batches == 0 and result.torn_tail and 0 < result.torn_batch_bytes <= size - pos:
+                    window = segment.pread(pos, result.torn_batch_bytes)  # one batch larger than the window
+                    result = scan(window, base_position=pos, verify_crc=not active, headers_only=True)
+            except CorruptRecordError as exc:
+                if active:
+                    break  # the writer's half-written tail: nothing past it is cleanable anyway
+                raise exc.located(segment.paths.log, 0) from None
+            if result.n_batches == 0:
+                if not active:
+                    raise CorruptRecordError(
+                        f"incomplete batch at the end of an inactive segment ({size - pos} bytes)",
+                        position=pos,
+                        path=segment.paths.log,
+                    )
+                break
+            if first_ts == -1 and pos == 0:
+                first_ts = int(result.max_timestamp[0])
+            largest_ts = max(largest_ts, int(result.max_timestamp.max()))
+            next_offset = int(result.last_offset[-1]) + 1
+            _track_producers(result, window, producers, transactions, segment.paths.log)
+            pos = result.end_position
+        surveys.append(
+            SegmentSurvey(
+                base_offset=segment.base_offset,
+                size_bytes=size,
+                largest_timestamp=largest_ts,
+                first_batch_timestamp=first_ts,
+                next_offset=next_offset,
+                last_modified_ms=os.stat(segment.paths.log).st_mtime_ns // 1_000_000,
+            )
+        )
+    for state in producers.values():
+        if state.open_txn_first_offset >= 0:
+            transactions.append(
+                Transaction(state.producer_id, state.open_txn_first_offset, -1, -1, state.open_txn_data_batches)
+            )
+    return LogSurvey(surveys, producers, transactions, bytes_read)
+
+
+def _track_producers(result, window: bytes, producers: dict[int, ProducerState], transactions: list[Transaction], path) -> None:
+    """Advance each producer's state over the batches of one window, in offset order."""
+    pids = result.producer_id
+    relevant = np.nonzero(pids >= 0)[0]
+    if not len(relevant):
+        return
+    control = result.is_control
+    transactional = result.is_transactional
+    for i in relevant.tolist():
+        pid = int(pids[i])
+        state = producers.get(pid)
+        if state is None:
+            state = producers[pid] = ProducerState(pid)
+        last_offset = int(result.last_offset[i])
+        state.last_entry_offset = last_offset
+        state.last_entry_is_control = bool(control[i])
+        state.last_timestamp = max(state.last_timestamp, int(result.max_timestamp[i]))
+        if not control[i]:
+            state.last_data_offset = last_offset
+            if transactional[i]:
+                if state.open_txn_first_offset < 0:
+                    state.open_txn_first_offset = int(result.base_offset[i])
+                    state.open_txn_data_batches = 0
+                state.open_txn_data_batches += 1
+            continue
+        if result.records_count[i] == 0:
+            continue  # an empty control batch (a cleaned marker): it ends nothing
+        position = int(result.batch_position[i])
+        local = position - result.base_position
+        batch = decode_batch(window, local)
+        try:
+            _, control_type = decode_control_key(batch.records[0].key)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(exc.reason, position=position, path=path) from None
+        if control_type not in (fmt.CONTROL_TYPE_ABORT, fmt.CONTROL_TYPE_COMMIT):
+            continue  # KRaft and other control records do not end transactions
+        first = state.open_txn_first_offset
+        transactions.append(
+            Transaction(pid, first if first >= 0 else last_offset, last_offset, control_type, state.open_txn_data_batches)
+        )
+        state.open_txn_first_offset = -1
+        state.open_txn_data_batches = 0
