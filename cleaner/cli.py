@@ -86,6 +86,101 @@ def verify(paths: tuple[Path, ...], as_json: bool) -> None:
     sys.exit(1 if summary.problems else 0)
 
 
+def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
+        out[key.strip()] = value.strip()
+    return out
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="TOML config file (Kafka setting names; [topics.<name>] overrides).")
+@click.option("--server-properties", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A Kafka server.properties to take broker-level settings from.")
+@click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE",
+              help="Any Kafka-named setting, e.g. --set delete.retention.ms=0 (repeatable).")
+@click.option("--now-ms", type=int, help="The clock, in epoch milliseconds (default: now).")
+@click.option("--from-offset", type=int, help="Force the first dirty offset (single partition only).")
+@click.option("--to-offset", type=int, help="Force the end of the dirty range, rounded down to a segment base.")
+@click.option("--dry-run", is_flag=True, help="Report what one round would remove; change nothing.")
+@click.option("--once", is_flag=True, help="Run a single round even if the offset map fills before the end.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per partition.")
+def clean(paths, config_path, server_properties, set_values, now_ms, from_offset, to_offset, dry_run, once, as_json) -> None:
+    """Compact partition directories, or every partition of log directories, until their dirty range is done.
+
+    Topics are treated as compacted unless a config gives them another cleanup.policy. Exit 1 if any
+    partition failed (the others are still cleaned).
+    """
+    import time
+
+    from .config_file import ConfigFileError, load_config
+    from .oneshot import clean_partition, find_partitions
+
+    overrides = {"cleanup.policy": "compact"}
+    overrides.update(_parse_set(set_values))
+    try:
+        loaded = load_config(config_path, server_properties=server_properties, overrides=overrides)
+    except ConfigFileError as exc:
+        raise click.UsageError(str(exc)) from None
+    partitions = list(find_partitions(list(paths)))
+    if (from_offset is not None or to_offset is not None) and len(partitions) != 1:
+        raise click.UsageError("--from-offset/--to-offset need exactly one partition directory")
+    if not partitions:
+        raise click.UsageError("no partition directories (<topic>-<partition>) found under the given paths")
+    clock = now_ms if now_ms is not None else int(time.time() * 1000)
+    total = sum(sum(f.stat().st_size for f in p.glob("*.log")) for p in partitions)
+    show_bar = sys.stderr.isatty() and not as_json and total > 64 * 1024 * 1024
+    failed = False
+    with click.progressbar(length=max(total * 3, 1), label="cleaning", file=sys.stderr) if show_bar else _NoBar() as bar:
+        for directory in partitions:
+            outcome = clean_partition(
+                directory, loaded.settings, now_ms=clock, forced_from=from_offset, forced_to=to_offset,
+                dry_run=dry_run, once=once, on_bytes=bar.update,
+            )
+            failed |= not outcome.ok
+            summary = outcome.summary()
+            if as_json:
+                click.echo(json.dumps(summary))
+            else:
+                click.echo(_describe(summary))
+    sys.exit(1 if failed else 0)
+
+
+class _NoBar:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n: int) -> None:
+        pass
+
+
+def _describe(s: dict) -> str:
+    name = s["partition"]
+    if s["status"] == "skipped":
+        return f"{name}: skipped ({s['reason']})"
+    if s["status"] == "failed" and not s.get("rounds"):
+        return f"{name}: FAILED: {s['error']}"
+    mb = 1024 * 1024
+    verb = "would clean" if s.get("dry_run") else "cleaned"
+    line = (
+        f"{name}: {verb} [{s.get('first_dirty')}, {s.get('end_offset')}) in {s['rounds']} round(s): "
+        f"{s.get('records_read', 0)} -> {s.get('records_written', 0)} records, "
+        f"{s.get('size_before_bytes', 0) / mb:.2f} MB -> {s.get('size_after_bytes', 0) / mb:.2f} MB, "
+        f"{s.get('invalid_records', 0)} unkeyed dropped, {s.get('elapsed_s', 0):.2f} s"
+    )
+    if s["status"] == "failed":
+        line += f"; FAILED: {s['error']}"
+    return line
+
+
 @main.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-logs"),
               show_default=True, help="Log directory to create (replaced if it exists).")

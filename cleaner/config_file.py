@@ -1,0 +1,109 @@
+"""Reading settings from files: the logcleaner TOML config and Kafka's `server.properties`.
+
+Owns the file formats only; names, types and ranges are `cleaner.settings`'. The TOML file holds quoted
+Kafka setting names at the top level (`"log.cleaner.threads" = 2`), per-topic overrides in
+`[topics.<name>]` tables with Kafka topic setting names, and the daemon's own `[server]` table.
+Errors name the file and what is wrong in it.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .settings import Settings, SettingError
+
+__all__ = ["ConfigFileError", "LoadedConfig", "load_config", "read_server_properties"]
+
+
+class ConfigFileError(ValueError):
+    """A config file that cannot be read or parsed, or that holds an invalid setting."""
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    settings: Settings
+    server: Mapping[str, Any] = field(default_factory=dict)
+    path: str | None = None
+
+
+def read_server_properties(path: str | os.PathLike) -> dict[str, str]:
+    """`key=value` lines of a Java properties file (comments `#`/`!`, `:` separators, line continuations)."""
+    values: dict[str, str] = {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot read: {exc.strerror}") from None
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                values[line[:i].strip()] = line[i + 1 :].strip()
+                break
+        else:
+            values[line] = ""
+    return values
+
+
+def load_config(
+    path: str | os.PathLike | None = None,
+    *,
+    server_properties: str | os.PathLike | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> LoadedConfig:
+    """Settings from `server.properties` (broker keys only), then the TOML file, then `overrides` (`--set`).
+
+    Keys of `server.properties` that are not cleaner or log settings are ignored (a broker file holds many);
+    in the TOML file and `overrides` every key must be known. Raises `ConfigFileError`.
+    """
+    from .settings import BROKER_SETTINGS, TOPIC_SETTINGS
+
+    flat: dict[str, object] = {}
+    topics: dict[str, dict[str, object]] = {}
+    server: dict[str, Any] = {}
+    if server_properties is not None:
+        for key, value in read_server_properties(server_properties).items():
+            if key in BROKER_SETTINGS:
+                flat[key] = value
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as exc:
+            raise ConfigFileError(f"{path}: cannot read: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigFileError(f"{path}: not valid TOML: {exc}") from None
+        for key, value in data.items():
+            if key == "topics":
+                if not isinstance(value, dict):
+                    raise ConfigFileError(f"{path}: [topics] must be a table of [topics.<name>] tables")
+                for topic, table in value.items():
+                    if not isinstance(table, dict):
+                        raise ConfigFileError(f"{path}: [topics.{topic}] must be a table")
+                    topics[topic] = dict(table)
+            elif key == "server":
+                if not isinstance(value, dict):
+                    raise ConfigFileError(f"{path}: [server] must be a table")
+                server = dict(value)
+            elif key in BROKER_SETTINGS or key in TOPIC_SETTINGS:
+                flat[key] = value
+            else:
+                raise ConfigFileError(f"{path}: unknown setting {key!r} (use Kafka's setting names, quoted)")
+    flat.update(overrides or {})
+    try:
+        settings = Settings.from_mappings(flat, topics)
+    except SettingError as exc:
+        where = f"{path}: " if path is not None else ""
+        raise ConfigFileError(f"{where}{exc}") from None
+    return LoadedConfig(settings, server, None if path is None else os.fspath(path))

@@ -1,0 +1,148 @@
+"""One-shot cleaning of partition directories: what `logcleaner clean` does, as a library.
+
+Owns finding the partitions under the paths a user gives (a partition directory or a log directory of
+them, never KRaft's `__cluster_metadata-0` nor `-delete`/`-future`/`-stray` directories), and cleaning each
+one in rounds until its dirty section is done (a full offset map means several rounds), regardless of
+`min.cleanable.dirty.ratio`. A failing partition does not stop the others; its outcome says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from offsetmap import OffsetMap, per_thread_memory_bytes
+from segments.errors import SegmentError
+from segments.log import LogConfig, PartitionLog, parse_partition_dir_name
+from segments.recovery import parse_segment_file_name
+
+from .round import RoundResult, clean_round
+from .settings import Settings
+
+__all__ = ["PartitionOutcome", "clean_partition", "find_partitions", "NEVER_CLEANED_TOPICS"]
+
+log = logging.getLogger(__name__)
+
+NEVER_CLEANED_TOPICS = frozenset({"__cluster_metadata"})  # KRaft's metadata log: Kafka manages it itself
+ROUNDS_MAX = 1_000_000  # a bound on rounds for one partition; each round makes progress, so never reached
+
+
+@dataclass(slots=True)
+class PartitionOutcome:
+    """The rounds one partition went through, or the error that stopped it."""
+
+    directory: str
+    rounds: list[RoundResult] = field(default_factory=list)
+    error: str | None = None
+    skipped: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def summary(self) -> dict:
+        out: dict = {"partition": os.path.basename(self.directory), "directory": self.directory}
+        if self.skipped:
+            out.update(status="skipped", reason=self.skipped)
+            return out
+        out["status"] = "ok" if self.ok else "failed"
+        if self.error:
+            out["error"] = self.error
+        out["rounds"] = len(self.rounds)
+        if self.rounds:
+            first, last = self.rounds[0], self.rounds[-1]
+            out.update(
+                first_dirty=first.first_dirty,
+                end_offset=last.end_offset,
+                first_uncleanable=last.first_uncleanable,
+                dry_run=last.dry_run,
+                size_before_bytes=first.size_before_bytes,
+                size_after_bytes=last.size_after_bytes,
+                map_utilization=max(r.map_utilization for r in self.rounds),
+            )
+            for name in (
+                "records_indexed", "bytes_read", "bytes_written", "records_read", "records_written",
+                "batches_read", "batches_written", "invalid_records", "survey_s", "index_s", "recopy_s", "elapsed_s",
+            ):
+                out[name] = sum(getattr(r, name) for r in self.rounds)
+        return out
+
+
+def _is_partition_dir(path: Path) -> bool:
+    if parse_partition_dir_name(path.name) is None:
+        return False
+    names = os.listdir(path)
+    return any(parse_segment_file_name(n) is not None for n in names) or not names
+
+
+def find_partitions(paths: list[str | os.PathLike]) -> Iterator[Path]:
+    """Partition directories named by `paths` (each one, or the children of a log directory), sorted."""
+    for raw in paths:
+        path = Path(raw)
+        if _is_partition_dir(path):
+            yield path
+            continue
+        for child in sorted(path.iterdir()):
+            if child.is_dir() and _is_partition_dir(child):
+                yield child
+
+
+def clean_partition(
+    directory: Path,
+    settings: Settings,
+    *,
+    now_ms: int,
+    offset_map: OffsetMap | None = None,
+    forced_from: int | None = None,
+    forced_to: int | None = None,
+    dry_run: bool = False,
+    once: bool = False,
+    on_bytes: Callable[[int], None] = lambda n: None,
+) -> PartitionOutcome:
+    """Clean one partition directory in rounds until done (one round with `once` or `dry_run`)."""
+    outcome = PartitionOutcome(str(directory))
+    topic_name, _ = parse_partition_dir_name(directory.name)
+    if topic_name in NEVER_CLEANED_TOPICS:
+        outcome.skipped = "KRaft metadata log: never cleaned"
+        return outcome
+    topic = settings.topic(topic_name)
+    if not topic.compact:
+        outcome.skipped = f"cleanup.policy is {','.join(topic.cleanup_policy)}: nothing to compact"
+        return outcome
+    if offset_map is None:
+        broker = settings.broker
+        memory = per_thread_memory_bytes(broker["log.cleaner.dedupe.buffer.size"], broker["log.cleaner.threads"])
+        offset_map = OffsetMap(memory, broker["log.cleaner.io.buffer.load.factor"])
+    config = LogConfig(
+        segment_bytes=topic.segment_bytes,
+        segment_ms=topic.segment_ms,
+        segment_index_bytes=topic.segment_index_bytes,
+        index_interval_bytes=topic.index_interval_bytes,
+        max_message_bytes=topic.max_message_bytes,
+    )
+    try:
+        with PartitionLog.open(directory, mode="cleaner", config=config) as plog:
+            start = forced_from
+            for _ in range(ROUNDS_MAX):
+                result = clean_round(
+                    plog,
+                    topic,
+                    offset_map,
+                    now_ms=now_ms,
+                    producer_expiration_ms=settings.broker["producer.id.expiration.ms"],
+                    forced_from=start,
+                    forced_to=forced_to,
+                    dry_run=dry_run,
+                    on_bytes=on_bytes,
+                )
+                outcome.rounds.append(result)
+                if result.done or once or dry_run or result.end_offset <= result.first_dirty:
+                    break
+                start = result.end_offset
+    except (SegmentError, OSError) as exc:
+        outcome.error = str(exc)
+        log.error("cleaning failed dir=%s error=%s", directory, exc)
+    return outcome
