@@ -188,9 +188,14 @@ def _describe(s: dict) -> str:
 @click.option("--keys", default=2_000, show_default=True, help="Distinct keys per partition.")
 @click.option("--partitions", default=2, show_default=True, help="Partitions of topic 'demo'.")
 def demo(directory: Path, records: int, keys: int, partitions: int) -> None:
-    """Generate a demo log directory of keyed records, then verify it and show what it holds."""
+    """Generate a demo log directory of keyed records, clean it, and show it before and after."""
+    import time
+
     from segments.generate import WorkloadSpec, generate_partition
     from segments.verify import verify_paths
+
+    from .oneshot import clean_partition, find_partitions
+    from .settings import Settings
 
     if directory.exists():
         shutil.rmtree(directory)
@@ -199,14 +204,24 @@ def demo(directory: Path, records: int, keys: int, partitions: int) -> None:
         spec = WorkloadSpec(records=records, keys=keys, tombstone_fraction=0.05, seed=p)
         counts = generate_partition(directory / f"demo-{p}", spec)
         click.echo(
-            f"wrote demo-{p}: {counts['records']} records, {counts['keys']} keys, "
-            f"{counts['tombstones']} tombstones in {counts['batches']} batches"
+            f"wrote demo-{p}: {counts['records']} records over {counts['keys']} keys "
+            f"({counts['tombstones']} tombstones) in {counts['batches']} batches"
         )
-    summary = verify_paths([directory])
-    for problem in summary.problems:
+    before = verify_paths([directory])
+    click.echo(f"before: {before.segments} segments, {before.records} records, {before.bytes / 1e6:.2f} MB")
+    settings = Settings.from_mappings({"cleanup.policy": "compact"})
+    now_ms = int(time.time() * 1000)
+    failed = False
+    for partition in find_partitions([directory]):
+        outcome = clean_partition(partition, settings, now_ms=now_ms)
+        failed |= not outcome.ok
+        click.echo(_describe(outcome.summary()))
+    after = verify_paths([directory])
+    for problem in after.problems:
         click.echo(str(problem))
     click.echo(
-        f"{directory}: {summary.partitions} partitions, {summary.segments} segments, {summary.records} records, "
-        f"{summary.bytes / 1e6:.2f} MB; verify: {'OK' if not summary.problems else 'FAILED'}"
+        f"after:  {after.segments} segments, {after.records} records, {after.bytes / 1e6:.2f} MB; "
+        f"verify: {'OK' if not after.problems else 'FAILED'}"
     )
-    sys.exit(1 if summary.problems else 0)
+    click.echo(f"inspect it with: logcleaner dump --deep-iteration {directory}/demo-0/00000000000000000000.log")
+    sys.exit(1 if failed or after.problems else 0)

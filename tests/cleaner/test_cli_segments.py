@@ -82,10 +82,12 @@ def test_verify_accepts_every_fixture_partition(tmp_path):
     assert "5 partition(s)" in out.output
 
 
-def test_demo_generates_and_verifies_a_log_dir(tmp_path):
+def test_demo_generates_cleans_and_verifies_a_log_dir(tmp_path):
     runner = CliRunner()
     out = runner.invoke(main, ["demo", "--dir", str(tmp_path / "demo"), "--records", "3000", "--keys", "100"])
     assert out.exit_code == 0, out.output
+    assert "before: " in out.output and "after: " in out.output
+    assert "demo-0: cleaned [0, 3000) in 1 round(s): 3000 -> 100 records" in out.output
     assert "verify: OK" in out.output
     assert (tmp_path / "demo" / "demo-0" / "00000000000000000000.log").exists()
 
