@@ -19,9 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from offsetmap import OffsetMap, hash_key_spans
-from segments.errors import CorruptRecordError
 from segments.log import PartitionLog
-from segments.scan import ScanBuffers, scan
+from segments.scan import ScanBuffers
 
 from .survey import LogSurvey
 
@@ -70,7 +69,7 @@ def build_offset_map(
 ) -> IndexResult:
     """Fill `offset_map` (cleared by the caller) from the dirty section; see the module docstring.
 
-    `check_abort` is called before each window (it raises to abort the round); `on_bytes` is told the
+    `check_abort` is called at each window (it raises to abort the round); `on_bytes` is told the
     bytes read (the I/O throttle). Raises `CorruptRecordError` naming the file and position.
     """
     started = time.monotonic()
@@ -80,24 +79,11 @@ def build_offset_map(
     segments = [s for s in log.segments if s.base_offset < first_uncleanable and s.read_next_offset() > first_dirty]
     for k, segment in enumerate(segments):
         found = segment.translate_offset(first_dirty) if segment.base_offset <= first_dirty else None
-        pos = found[0] if found is not None else 0
-        size = segment.size_bytes
-        while pos < size and not map_full:
+        for _, result in segment.scan_windows(
+            found[0] if found is not None else 0, window_bytes=WINDOW_BYTES, buffers=buffers
+        ):
             check_abort()
-            window = segment.pread(pos, min(WINDOW_BYTES, size - pos))
-            try:
-                result = scan(window, base_position=pos, verify_crc=True, buffers=buffers)
-                if result.n_batches == 0 and result.torn_tail and 0 < result.torn_batch_bytes <= size - pos:
-                    window = segment.pread(pos, result.torn_batch_bytes)
-                    result = scan(window, base_position=pos, verify_crc=True, buffers=buffers)
-            except CorruptRecordError as exc:
-                raise exc.located(segment.paths.log, 0) from None
-            if result.n_batches == 0:
-                raise CorruptRecordError(
-                    f"incomplete batch in an inactive segment ({size - pos} bytes left)",
-                    position=pos,
-                    path=segment.paths.log,
-                )
+            pos = result.start_position
             bytes_read += result.end_position - pos
             on_bytes(result.end_position - pos)
             records_read += result.n_records
@@ -118,7 +104,6 @@ def build_offset_map(
             last = int(result.last_offset[-1])
             if last >= first_dirty and last >= offset_map.latest_offset:
                 offset_map.advance_latest_offset(min(last, first_uncleanable - 1))
-            pos = result.end_position
         if map_full:
             break
         # The whole segment is indexed: skip the offset gap up to the next segment (KAFKA-8764).

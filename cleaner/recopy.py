@@ -38,11 +38,10 @@ import numpy as np
 
 from offsetmap import OffsetMap, hash_key_spans
 from segments import format as fmt
-from segments.errors import CorruptRecordError
 from segments.legacy import encode_legacy_wrapper
 from segments.log import PartitionLog
 from segments.records import Record, encode_batch_from_region
-from segments.scan import ScanBuffers, scan
+from segments.scan import ScanBuffers
 from segments.segment import LogSegment
 from segments.txnindex import AbortedTxn
 
@@ -361,24 +360,10 @@ def clean_group(
         buffers = ScanBuffers()
         for k, seg in enumerate(group):
             retain_legacy_tombstones = seg.last_modified_ns() // 1_000_000 > ctx.legacy_delete_horizon_ms
-            pos = 0
             size = seg.size_bytes
-            while pos < size:
+            for window, result in seg.scan_windows(window_bytes=WINDOW_BYTES, buffers=buffers):
                 check_abort()
-                window = seg.pread(pos, min(WINDOW_BYTES, size - pos))
-                try:
-                    result = scan(window, base_position=pos, verify_crc=True, buffers=buffers)
-                    if result.n_batches == 0 and result.torn_tail and 0 < result.torn_batch_bytes <= size - pos:
-                        window = seg.pread(pos, result.torn_batch_bytes)
-                        result = scan(window, base_position=pos, verify_crc=True, buffers=buffers)
-                except CorruptRecordError as exc:
-                    raise exc.located(seg.paths.log, 0) from None
-                if result.n_batches == 0:
-                    raise CorruptRecordError(
-                        f"incomplete batch in an inactive segment ({size - pos} bytes left)",
-                        position=pos,
-                        path=seg.paths.log,
-                    )
+                pos = result.start_position
                 read = result.end_position - pos
                 stats.bytes_read += read
                 on_bytes(read)
@@ -400,7 +385,6 @@ def clean_group(
                             b"".join(out.pieces), np.array(out.positions), np.array(out.last_offsets),
                             np.array(out.max_timestamps),
                         )
-                pos = result.end_position
         if cleaned is not None:
             _write_txn_index(cleaned, group, kept_markers, original_txns, ctx.survey)
             cleaned.finalise()

@@ -23,7 +23,6 @@ from segments import format as fmt
 from segments.errors import CorruptRecordError
 from segments.log import PartitionLog
 from segments.records import decode_batch, decode_control_key
-from segments.scan import scan
 
 __all__ = ["LogSurvey", "ProducerState", "SegmentSurvey", "Transaction", "survey_log"]
 
@@ -150,34 +149,16 @@ def survey_log(log: PartitionLog) -> LogSurvey:
         largest_ts = -1
         first_ts = -1
         next_offset = segment.base_offset
-        pos = 0
         size = segment.size_bytes
-        while pos < size:
-            window = segment.pread(pos, min(_WINDOW_BYTES, size - pos))
-            bytes_read += len(window)
-            try:
-                result = scan(window, base_position=pos, verify_crc=not active, headers_only=True)
-                if result.n_batches == 0 and result.torn_tail and 0 < result.torn_batch_bytes <= size - pos:
-                    window = segment.pread(pos, result.torn_batch_bytes)  # one batch larger than the window
-                    result = scan(window, base_position=pos, verify_crc=not active, headers_only=True)
-            except CorruptRecordError as exc:
-                if active:
-                    break  # the writer's half-written tail: nothing past it is cleanable anyway
-                raise exc.located(segment.paths.log, 0) from None
-            if result.n_batches == 0:
-                if not active:
-                    raise CorruptRecordError(
-                        f"incomplete batch at the end of an inactive segment ({size - pos} bytes)",
-                        position=pos,
-                        path=segment.paths.log,
-                    )
-                break
-            if first_ts == -1 and pos == 0:
+        for window, result in segment.scan_windows(
+            window_bytes=_WINDOW_BYTES, verify_crc=not active, headers_only=True, stop_at_invalid=active
+        ):
+            bytes_read += result.end_position - result.start_position
+            if first_ts == -1 and result.start_position == 0:
                 first_ts = int(result.max_timestamp[0])
             largest_ts = max(largest_ts, int(result.max_timestamp.max()))
             next_offset = int(result.last_offset[-1]) + 1
             _track_producers(result, window, producers, transactions, segment.paths.log)
-            pos = result.end_position
         surveys.append(
             SegmentSurvey(
                 base_offset=segment.base_offset,

@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from .index import OffsetIndex, TimeIndex, build_offset_index_entries, build_tim
 from .legacy import decode_legacy_header
 from .records import BatchHeader, RecordBatch, decode_batch, decode_batch_header_fields
 from .txnindex import TransactionIndex
+
+if TYPE_CHECKING:
+    from .scan import ScanResult
 
 __all__ = ["LogSegment", "SegmentPaths", "segment_paths", "FetchData", "RecoveryResult"]
 
@@ -283,6 +287,49 @@ class LogSegment:
             except CorruptRecordError as exc:
                 raise exc.located(self.paths.log, pos) from None
             yield pos, batch
+
+    def scan_windows(
+        self,
+        start_position: int = 0,
+        *,
+        window_bytes: int = _READ_CHUNK_BYTES,
+        verify_crc: bool = True,
+        headers_only: bool = False,
+        buffers=None,
+        stop_at_invalid: bool = False,
+    ) -> Iterator[tuple[bytes, "ScanResult"]]:
+        """(window, scan result) over the whole batches from `start_position` (a batch start) to the end.
+
+        Windows are `window_bytes` long (one larger batch gets a window of its own). Raises
+        `CorruptRecordError` with this file and position for an invalid batch, or an incomplete one at the
+        end; with `stop_at_invalid` (the active segment, which its writer may be appending to) the walk ends
+        quietly there instead.
+        """
+        from .scan import scan
+
+        pos = start_position
+        size = self.size_bytes
+        while pos < size:
+            window = self.pread(pos, min(window_bytes, size - pos))
+            try:
+                result = scan(window, base_position=pos, verify_crc=verify_crc, headers_only=headers_only, buffers=buffers)
+                if result.n_batches == 0 and result.torn_tail and 0 < result.torn_batch_bytes <= size - pos:
+                    window = self.pread(pos, result.torn_batch_bytes)
+                    result = scan(window, base_position=pos, verify_crc=verify_crc, headers_only=headers_only, buffers=buffers)
+            except CorruptRecordError as exc:
+                if stop_at_invalid:
+                    return
+                raise exc.located(self.paths.log, 0) from None
+            if result.n_batches == 0:
+                if stop_at_invalid:
+                    return
+                raise CorruptRecordError(
+                    f"incomplete batch at the end of the segment ({size - pos} bytes left)",
+                    position=pos,
+                    path=self.paths.log,
+                )
+            yield window, result
+            pos = result.end_position
 
     def find_offset_by_timestamp(self, timestamp_ms: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp ≥ `timestamp_ms` at or after `start_offset`."""

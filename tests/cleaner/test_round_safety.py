@@ -17,7 +17,7 @@ from segments.log import LogConfig, PartitionLog
 from segments.recovery import parse_segment_file_name
 from segments.verify import verify_paths
 
-from ..segments.helpers import keyed_batch, read_all
+from ..segments.helpers import Crash, CrashingFileOps, keyed_batch, read_all
 
 NOW_MS = 1_800_000_000_000
 TOPIC = Settings.from_mappings({"segment.bytes": 3000, "delete.retention.ms": 1000}).topic("t")
@@ -127,22 +127,6 @@ def test_abort_from_another_thread_leaves_every_group_old_or_new(tmp_path):
     assert not verify_paths([d]).problems
     # The checkpoint did not advance, so the next round redoes the whole dirty section.
     assert run_round(d).first_dirty == 0
-
-
-class Crash(Exception):
-    pass
-
-
-class CrashingFileOps(FileOps):
-    def __init__(self, crash_at: int) -> None:
-        self.crash_at = crash_at
-        self.renames = 0
-
-    def rename(self, src, dst) -> None:
-        if self.renames == self.crash_at:
-            raise Crash(f"crash before rename {self.renames}")
-        self.renames += 1
-        super().rename(src, dst)
 
 
 def count_round_renames(tmp_path) -> int:

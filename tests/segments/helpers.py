@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from segments import format as fmt
+from segments.fileio import FileOps
 from segments.log import LogConfig, PartitionLog
 from segments.records import Record, batch_crc, encode_batch
 
@@ -57,3 +58,21 @@ def fix_crc(data: bytearray, pos: int = 0) -> None:
     size = int.from_bytes(data[pos + 8 : pos + 12], "big") + fmt.LOG_OVERHEAD
     crc = batch_crc(bytes(data), pos, size)
     data[pos + fmt.CRC_OFFSET : pos + fmt.CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+
+
+class Crash(Exception):
+    """Stands for the process dying at a chosen step."""
+
+
+class CrashingFileOps(FileOps):
+    """A `FileOps` that raises `Crash` instead of performing its `crash_at`-th rename (0-based)."""
+
+    def __init__(self, crash_at: int) -> None:
+        self.crash_at = crash_at
+        self.renames = 0
+
+    def rename(self, src, dst) -> None:
+        if self.renames == self.crash_at:
+            raise Crash(f"crash before rename #{self.renames}: {src} -> {dst}")
+        self.renames += 1
+        super().rename(src, dst)

@@ -12,30 +12,11 @@ import os
 import pytest
 
 from segments import format as fmt
-from segments.fileio import FileOps
 from segments.log import PartitionLog
 from segments.recovery import parse_segment_file_name, recover_leftovers
 from segments.verify import verify_paths
 
-from .helpers import read_all, write_log
-
-
-class Crash(Exception):
-    pass
-
-
-class CrashingFileOps(FileOps):
-    """Raises `Crash` instead of performing the `crash_at`-th rename (0-based)."""
-
-    def __init__(self, crash_at: int) -> None:
-        self.crash_at = crash_at
-        self.renames = 0
-
-    def rename(self, src, dst) -> None:
-        if self.renames == self.crash_at:
-            raise Crash(f"crash before rename #{self.renames}: {src} -> {dst}")
-        self.renames += 1
-        super().rename(src, dst)
+from .helpers import Crash, CrashingFileOps, read_all, write_log
 
 
 def build_cleaned_group(log: PartitionLog, group):
