@@ -74,7 +74,7 @@ def cleanable_range(
         bounds.append((segments[-1].base_offset, "active segment"))
     if high_watermark is not None:
         bounds.append((high_watermark, "high watermark"))
-    unstable = survey.first_unstable_offset
+    unstable = survey.first_unstable_offset(high_watermark)
     if unstable is not None:
         bounds.append((unstable, "open transaction"))
     if forced_to is not None:

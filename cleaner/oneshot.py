@@ -145,4 +145,7 @@ def clean_partition(
     except (SegmentError, OSError) as exc:
         outcome.error = str(exc)
         log.error("cleaning failed dir=%s error=%s", directory, exc)
+    except Exception as exc:  # noqa: BLE001 - the per-partition boundary: one partition's bug must not stop the rest
+        outcome.error = f"{type(exc).__name__}: {exc}"
+        log.exception("cleaning failed unexpectedly dir=%s", directory)
     return outcome

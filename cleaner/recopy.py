@@ -23,6 +23,8 @@ written.
 Why the last batch of *each group* is kept (Kafka keeps only the round's last, KAFKA-17076): crash recovery
 removes the old segments whose base lies below the new segment's next offset; keeping each group's last
 batch makes that range cover the whole group, so a crash mid-swap leaves each group exactly old or new.
+A legacy (v0/v1) batch cannot be emptied, so a group's last batch, if legacy, is kept whole: a superseded
+record or an expired legacy tombstone may then survive at a group's end, which compaction allows.
 
 All decisions are numpy over a window's scan arrays; Python loops only per batch that must be rebuilt.
 """
@@ -92,15 +94,23 @@ class RecopyStats:
 
 
 def group_segments(
-    segments: list[LogSegment], end_offset: int, *, segment_bytes: int, segment_index_bytes: int
+    segments: list[LogSegment],
+    end_offset: int,
+    *,
+    first_uncleanable: int,
+    segment_bytes: int,
+    segment_index_bytes: int,
 ) -> list[list[LogSegment]]:
     """Kafka's `groupSegmentsBySize` over the segments that hold offsets below `end_offset`.
 
     A group grows while its log bytes stay ≤ segment.bytes, each of its index files' bytes ≤
     segment.index.bytes, and the next segment is empty or its estimated last offset stays within 2^31-1 of
-    the group's base offset.
+    the group's base offset. A segment's last offset is estimated as the next segment's base - 1 (the
+    segment after the range counts too), else `first_uncleanable - 1` — never `end_offset - 1`, which
+    undercounts when the map filled inside a segment.
     """
     segs = [s for s in segments if s.base_offset < end_offset]
+    following = [s.base_offset for s in segments if s.base_offset >= end_offset]
     groups: list[list[LogSegment]] = []
     i = 0
 
@@ -121,7 +131,12 @@ def group_segments(
         while i < len(segs):
             nxt = segs[i]
             nxt_index, nxt_time = index_bytes(nxt)
-            estimated_last = (segs[i + 1].base_offset - 1) if i + 1 < len(segs) else end_offset - 1
+            if i + 1 < len(segs):
+                estimated_last = segs[i + 1].base_offset - 1
+            elif following:
+                estimated_last = following[0] - 1
+            else:
+                estimated_last = first_uncleanable - 1
             if (
                 log_size + nxt.size_bytes <= segment_bytes
                 and offset_index_size + nxt_index <= segment_index_bytes
@@ -158,25 +173,27 @@ class _Output:
 
 
 def _producer_last_batches(result, ctx: RecopyContext) -> np.ndarray:
-    """True for batches that are their producer's last batch (data, or a final marker) while it is active."""
+    """True for batches that hold their producer's last data offset (Kafka's isBatchLastRecordOfProducer)."""
     out = np.zeros(result.n_batches, dtype=bool)
     pids = result.producer_id
     has_pid = np.nonzero((pids >= 0) & (result.magic == fmt.MAGIC_V2))[0]
     if not len(has_pid):
         return out
-    expired_before = ctx.now_ms - ctx.producer_expiration_ms
     control = result.is_control
     for pid in np.unique(pids[has_pid]).tolist():
         state = ctx.survey.producers.get(pid)
         if state is None:
             continue
-        if state.last_timestamp < expired_before and state.open_txn_first_offset < 0:
+        # Kafka's isProducerExpired: expired once now - lastTimestamp >= producer.id.expiration.ms.
+        if ctx.now_ms - state.last_timestamp >= ctx.producer_expiration_ms and state.open_txn_first_offset < 0:
             continue  # expired: its sequence state no longer needs to survive
         idx = has_pid[pids[has_pid] == pid]
         last = result.last_offset[idx]
-        data_last = ~control[idx] & (last == state.last_data_offset)
-        marker_last = control[idx] & state.last_entry_is_control & (last == state.last_entry_offset)
-        out[idx] = data_last | marker_last
+        if state.last_data_offset >= 0:
+            out[idx] = last == state.last_data_offset  # the batch holding its last data offset
+        else:
+            # No data batch at all: its latest marker (Kafka: the control batch of the current epoch).
+            out[idx] = control[idx] & (last == state.last_entry_offset)
     return out
 
 
@@ -192,7 +209,7 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
     aborted = survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional) & ~control
     marker_discardable = np.zeros(n, dtype=bool)
     for i in np.nonzero(control)[0].tolist():
-        marker_discardable[i] = result.records_count[i] == 0 or survey.marker_has_no_data(
+        marker_discardable[i] = result.records_count[i] == 0 or survey.marker_is_discardable(
             int(result.producer_id[i]), int(result.base_offset[i])
         )
     discard_records = np.where(control, marker_discardable & has_horizon & (horizon <= ctx.now_ms), aborted)
@@ -226,6 +243,10 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
     action[(kept > 0) & (kept == result.records_count) & ~needs_horizon] = ACTION_VERBATIM
     action[(kept > 0) & ((kept < result.records_count) | needs_horizon)] = ACTION_REBUILD
     action[(kept == 0) & retain_empty] = ACTION_EMPTY
+    if group_last >= 0 and not v2[group_last] and action[group_last] == ACTION_DROP and result.records_count[group_last]:
+        # A legacy batch cannot be emptied; kept whole it still ends the group where the old segments end.
+        action[group_last] = ACTION_VERBATIM
+        keep[result.record_start[group_last] : result.record_start[group_last + 1]] = True
     return action, keep, needs_horizon, invalid
 
 

@@ -159,7 +159,11 @@ def clean_round(
     )
     stats = RecopyStats()
     groups = group_segments(
-        segments, index.end_offset, segment_bytes=topic.segment_bytes, segment_index_bytes=topic.segment_index_bytes
+        segments,
+        index.end_offset,
+        first_uncleanable=rng.first_uncleanable,
+        segment_bytes=topic.segment_bytes,
+        segment_index_bytes=topic.segment_index_bytes,
     )
     for group in groups:
         cleaned = clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes)

@@ -92,10 +92,15 @@ class LogSurvey:
                 np.array([t.data_batches for t in txns], dtype=np.int64),
             )
 
-    @property
-    def first_unstable_offset(self) -> int | None:
-        """The first offset of the earliest open transaction (Kafka's first unstable offset), or None."""
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+        """The first offset of the earliest undecided transaction (Kafka's first unstable offset), or None.
+
+        A transaction is undecided while it has no marker, and also while its marker is not yet below the
+        high watermark (Kafka's unreplicated transactions: the marker could still be truncated).
+        """
         firsts = [p.open_txn_first_offset for p in self.producers.values() if p.open_txn_first_offset >= 0]
+        if high_watermark is not None:
+            firsts += [t.first_offset for t in self.transactions if t.marker_offset >= high_watermark]
         return min(firsts) if firsts else None
 
     def aborted_batches(self, producer_id: np.ndarray, base_offset: np.ndarray, transactional: np.ndarray) -> np.ndarray:
@@ -115,16 +120,19 @@ class LogSurvey:
             out[idx] = inside & aborted[np.maximum(j, 0)]
         return out
 
-    def marker_has_no_data(self, producer_id: int, marker_offset: int) -> bool:
-        """True if the transaction a marker ends has no data batch left in the log (Kafka: discardable)."""
+    def marker_is_discardable(self, producer_id: int, marker_offset: int) -> bool:
+        """True if the COMMIT/ABORT marker at `marker_offset` ends a transaction with no data batch left.
+
+        Control records of any other type (not transaction markers) are never discardable, as in Kafka.
+        """
         txns = self._by_producer.get(producer_id)
         if txns is None:
-            return True
-        firsts, markers, _, data_batches = txns
+            return False
+        _, markers, _, data_batches = txns
         j = int(np.searchsorted(markers, marker_offset))
         if j < len(markers) and markers[j] == marker_offset:
             return bool(data_batches[j] == 0)
-        return True
+        return False
 
     def aborted_transactions_ending_in(self, start: int, end: int) -> list[Transaction]:
         """Aborted transactions whose marker lies in [start, end), by marker offset (for `.txnindex`)."""

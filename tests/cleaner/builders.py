@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,9 @@ BIG_MAP_BYTES = 24 * 4096  # 4096 slots: more than any test log has keys
 
 __all__ = [
     "BIG_MAP_BYTES", "DAY_MS", "ROLL", "T0", "TOPIC",
-    "Rec", "abort", "batch", "batches", "build_log", "clean", "commit", "file_digests", "partition_dir",
-    "raw_batches", "records", "segment_bases", "set_high_watermark", "txn_batch", "write_raw_segment",
+    "Rec", "abort", "batch", "batches", "build_log", "clean", "commit", "file_digests", "full_records",
+    "partition_dir", "random_log", "raw_batches", "records", "segment_bases", "set_high_watermark", "txn_batch",
+    "write_raw_segment",
 ]
 
 
@@ -169,4 +171,40 @@ def file_digests(root: Path) -> dict[str, str]:
     return out
 
 
-__all__ += ["full_records"]
+
+def random_log(directory: Path, seed: int, *, batches_max: int = 40) -> None:
+    """A seeded random log over 7 keys: plain, idempotent and transactional batches of every codec, commits
+    and aborts, tombstones, unkeyed records, shuffled timestamps and random rolls; every transaction ends."""
+    rnd = random.Random(seed)
+    steps: list[bytes | str] = []
+    open_txns: set[int] = set()
+    sequences: dict[int, int] = {}
+    for i in range(batches_max):
+        recs = []
+        for _ in range(rnd.randint(1, 4)):
+            key = None if rnd.random() < 0.05 else b"k%d" % rnd.randint(0, 6)
+            value = None if rnd.random() < 0.2 else b"v%d" % i
+            recs.append((key, value, T0 + i + rnd.randint(-3, 3)))
+        codec = rnd.choice(list(fmt.COMPRESSION_NAMES))
+        kind = rnd.random()
+        if kind < 0.3:
+            pid = rnd.choice([1, 2, 3])
+            steps.append(txn_batch(recs, pid=pid, seq=sequences.get(pid, 0), compression=codec))
+            sequences[pid] = sequences.get(pid, 0) + len(recs)
+            open_txns.add(pid)
+        elif kind < 0.45 and open_txns:
+            pid = rnd.choice(sorted(open_txns))
+            open_txns.discard(pid)
+            steps.append(commit(pid, timestamp=T0 + i) if rnd.random() < 0.5 else abort(pid, timestamp=T0 + i))
+        elif kind < 0.6:
+            pid = 10 + rnd.randint(0, 2)
+            steps.append(batch(recs, producer_id=pid, producer_epoch=0, base_sequence=sequences.get(pid, 0),
+                               compression=codec))
+            sequences[pid] = sequences.get(pid, 0) + len(recs)
+        else:
+            steps.append(batch(recs, compression=codec))
+        if rnd.random() < 0.15:
+            steps.append(ROLL)
+    for pid in sorted(open_txns):
+        steps.append(commit(pid, timestamp=T0 + batches_max))
+    build_log(directory, steps)

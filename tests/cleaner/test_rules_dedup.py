@@ -12,7 +12,9 @@ import pytest
 from segments import format as fmt
 from segments.records import Header
 
-from .builders import ROLL, T0, Rec, batch, batches, build_log, clean, full_records, partition_dir, raw_batches, records
+from .builders import (
+    ROLL, T0, Rec, batch, batches, build_log, clean, full_records, partition_dir, random_log, raw_batches, records,
+)
 
 CODECS = [fmt.COMPRESSION_NONE, fmt.COMPRESSION_GZIP, fmt.COMPRESSION_SNAPPY, fmt.COMPRESSION_LZ4, fmt.COMPRESSION_ZSTD]
 
@@ -91,14 +93,16 @@ def test_rebuilt_batch_keeps_its_offsets_producer_fields_and_codec_when_its_last
 def test_rebuilt_batch_base_timestamp_is_its_first_kept_record_and_record_timestamps_stay(tmp_path):
     d = partition_dir(tmp_path)
     build_log(d, [
-        batch([(b"a", b"a1", T0 + 500), (b"b", b"b1", T0 + 20), (b"c", b"c1", T0 + 300), (b"d", b"d1", T0 + 900)]),
+        batch([(b"a", b"a1", T0 + 500), (b"b", b"b1", T0 + 300), (b"c", b"c1", T0 + 20), (b"d", b"d1", T0 + 900)]),
         batch([(b"a", b"a2", T0 + 1000), (b"d", b"d2", T0 + 1001)]),
     ])
     clean(d, now_ms=T0 + 5000)
     rebuilt = _header_by_base(d)[0]
-    assert rebuilt.header.base_timestamp == T0 + 20
+    assert rebuilt.header.base_timestamp == T0 + 300
     assert rebuilt.header.max_timestamp == T0 + 300
-    assert [(r.offset, r.timestamp) for r in rebuilt.records] == [(1, T0 + 20), (2, T0 + 300)]
+    assert [(r.offset, r.timestamp, r.timestamp_delta) for r in rebuilt.records] == [
+        (1, T0 + 300, 0), (2, T0 + 20, -280)  # a record older than the new base gets a negative delta
+    ]
 
 
 def test_log_append_time_batch_keeps_its_max_timestamp_when_rebuilt(tmp_path):
@@ -117,7 +121,10 @@ def test_log_append_time_batch_keeps_its_max_timestamp_when_rebuilt(tmp_path):
     assert h.timestamp_type == fmt.TIMESTAMP_LOG_APPEND_TIME
     assert h.max_timestamp == append_time
     assert (h.records_count, h.last_offset_delta) == (2, 2)
-    assert [(r.offset, r.timestamp, r.key) for r in rebuilt.records] == [(0, append_time, b"a"), (1, append_time, b"b")]
+    assert h.base_timestamp == append_time  # every record's timestamp is the append time, so deltas are 0
+    assert [(r.offset, r.timestamp, r.key, r.timestamp_delta) for r in rebuilt.records] == [
+        (0, append_time, b"a", 0), (1, append_time, b"b", 0)
+    ]
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=[fmt.COMPRESSION_NAMES[c] for c in CODECS])
@@ -172,3 +179,38 @@ def test_records_beyond_the_indexed_range_are_kept_until_a_later_round_indexes_t
     assert second.first_dirty == 2
     assert records(d) == [(1, b"a", b"a2"), (4, b"b", b"b2"), (5, b"z", b"z1")]
     assert second.invalid_records == 1
+
+
+def _model_first_pass(log_batches) -> list[int]:
+    """Offsets a first pass with a map holding every key keeps (no horizon has passed, all txns decided)."""
+    pending: dict[int, list[int]] = {}
+    aborted: set[int] = set()
+    for i, b in enumerate(log_batches):
+        if b.header.is_control:
+            _, control_type = fmt.CONTROL_KEY.unpack(b.records[0].key)
+            if control_type == fmt.CONTROL_TYPE_ABORT:
+                aborted.update(pending.get(b.header.producer_id, []))
+            pending.pop(b.header.producer_id, None)
+        elif b.header.is_transactional:
+            pending.setdefault(b.header.producer_id, []).append(i)
+    latest = {}
+    for i, b in enumerate(log_batches):
+        if not b.header.is_control and i not in aborted:
+            latest.update((r.key, r.offset) for r in b.records if r.key is not None)
+    return [
+        r.offset
+        for i, b in enumerate(log_batches)
+        for r in b.records
+        if b.header.is_control or (i not in aborted and r.key is not None and latest[r.key] == r.offset)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_first_round_keeps_exactly_what_a_model_of_the_rules_keeps(tmp_path, seed):
+    d = partition_dir(tmp_path)
+    random_log(d, seed)
+    expected = _model_first_pass(batches(d))
+    original = {r[0]: r for r in full_records(d)}
+    result = clean(d, now_ms=T0 + 1000)
+    assert result.done
+    assert full_records(d) == [original[o] for o in expected]

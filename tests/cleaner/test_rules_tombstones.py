@@ -110,3 +110,22 @@ def test_batch_emptied_by_an_expired_tombstone_stays_as_an_empty_header_when_it_
     assert (empty.header.base_offset, empty.header.last_offset) == (1, 1)
     assert not empty.header.has_delete_horizon and empty.header.base_timestamp == fmt.NO_TIMESTAMP
     assert empty.header.max_timestamp == T0 + 3
+
+
+def test_log_append_time_batch_stamped_with_a_horizon_keeps_its_append_time(tmp_path):
+    d = partition_dir(tmp_path)
+    append_time = T0 + 777
+    build_log(d, [
+        batch([(b"a", None, T0 + 1), (b"b", b"b1", T0 + 2)],
+              timestamp_type=fmt.TIMESTAMP_LOG_APPEND_TIME, max_timestamp=append_time),
+        batch([(b"z", b"z1")]),
+    ])
+    now = T0 + 10_000
+    clean(d, now_ms=now, settings=SETTINGS)
+    stamped = _by_base(d)[0]
+    h = stamped.header
+    assert h.delete_horizon_ms == now + RETENTION_MS
+    assert (h.timestamp_type, h.max_timestamp) == (fmt.TIMESTAMP_LOG_APPEND_TIME, append_time)
+    assert [(r.timestamp, r.timestamp_delta) for r in stamped.records] == [
+        (append_time, append_time - h.base_timestamp)
+    ] * 2
