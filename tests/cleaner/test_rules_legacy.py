@@ -126,3 +126,17 @@ def test_legacy_tombstones_expire_by_segment_mtime_against_the_last_clean_segmen
     set_mtimes()
     clean(d, now_ms=newest_ms, settings=settings)  # legacy horizon = mtime of segment 2 - retention
     assert records(d) == [(1, b"b", b"b1"), (2, b"c", None), (3, b"d", b"d1"), (4, b"e", b"e1")]
+
+
+@pytest.mark.parametrize("magic", MAGICS)
+def test_superseded_legacy_message_ending_a_group_is_kept_whole_so_the_group_range_stays_exact(tmp_path, magic):
+    # Segment 0 ends with a message superseded in segment 3; as the group's last batch it cannot be emptied
+    # (legacy), so it is kept whole: the new segment still ends where the group's old segments end.
+    first = [_message(magic, 0, b"a", b"a1", T0), _message(magic, 1, b"b", b"b1", T0 + 1)]
+    second = [_message(magic, 3, b"b", b"b2", T0 + 3)]
+    d = _legacy_log(tmp_path, {0: b"".join(first), 3: b"".join(second)}, active_base=4)
+    clean(d, now_ms=T0 + 1000, settings={"segment.bytes": len(first[0]) + len(first[1])})
+    after = raw_batches(d)
+    assert after[1] == first[1]  # superseded, yet kept: it ends its group
+    assert after[3] == second[0]
+    assert not verify_paths([d]).problems
