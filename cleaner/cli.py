@@ -140,7 +140,7 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
         for directory in partitions:
             outcome = clean_partition(
                 directory, loaded.settings, now_ms=clock, forced_from=from_offset, forced_to=to_offset,
-                dry_run=dry_run, once=once, on_bytes=bar.update,
+                dry_run=dry_run, once=once, on_bytes=lambda n, direction: bar.update(n),
             )
             failed |= not outcome.ok
             summary = outcome.summary()
@@ -159,7 +159,7 @@ class _NoBar:
         return False
 
     def update(self, n: int) -> None:
-        pass
+        pass  # no terminal: no progress bar
 
 
 def _describe(s: dict) -> str:

@@ -65,11 +65,11 @@ def build_offset_map(
     first_uncleanable: int,
     *,
     check_abort: Callable[[], None] = lambda: None,
-    on_bytes: Callable[[int], None] = lambda n: None,
+    on_bytes: Callable[[int, str], None] = lambda n, direction: None,
 ) -> IndexResult:
     """Fill `offset_map` (cleared by the caller) from the dirty section; see the module docstring.
 
-    `check_abort` is called at each window (it raises to abort the round); `on_bytes` is told the
+    `check_abort` is called at each window (it raises to abort the round); `on_bytes(n, "read")` is told the
     bytes read (the I/O throttle). Raises `CorruptRecordError` naming the file and position.
     """
     started = time.monotonic()
@@ -85,7 +85,7 @@ def build_offset_map(
             check_abort()
             pos = result.start_position
             bytes_read += result.end_position - pos
-            on_bytes(result.end_position - pos)
+            on_bytes(result.end_position - pos, "read")
             records_read += result.n_records
             bi = result.batch_index
             aborted = survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional)

@@ -100,7 +100,7 @@ def clean_partition(
     forced_to: int | None = None,
     dry_run: bool = False,
     once: bool = False,
-    on_bytes: Callable[[int], None] = lambda n: None,
+    on_bytes: Callable[[int, str], None] = lambda n, direction: None,
 ) -> PartitionOutcome:
     """Clean one partition directory in rounds until done (one round with `once` or `dry_run`)."""
     outcome = PartitionOutcome(str(directory))

@@ -89,6 +89,7 @@ class RecopyStats:
     batches_emptied: int = 0
     invalid_records: int = 0
     tombstones_stamped_batches: int = 0
+    earliest_delete_horizon_ms: int = -1  # the soonest horizon among written batches (-1: none)
     elapsed_s: float = 0.0
     groups: list[tuple[int, int]] = field(default_factory=list)  # (first base, segments) per group
 
@@ -360,7 +361,7 @@ def clean_group(
     stats: RecopyStats,
     *,
     check_abort: Callable[[], None] = lambda: None,
-    on_bytes: Callable[[int], None] = lambda n: None,
+    on_bytes: Callable[[int, str], None] = lambda n, direction: None,
 ) -> LogSegment | None:
     """Write the `.cleaned` segment replacing `group` (fsynced, mtime of the group's last segment).
 
@@ -387,11 +388,12 @@ def clean_group(
                 pos = result.start_position
                 read = result.end_position - pos
                 stats.bytes_read += read
-                on_bytes(read)
+                on_bytes(read, "read")
                 stats.records_read += result.n_records
                 stats.batches_read += result.n_batches
                 group_last = result.n_batches - 1 if (k == last_nonempty and result.end_position == size) else -1
                 action, keep, needs_horizon, invalid = _decide(result, ctx, retain_legacy_tombstones, group_last)
+                _note_horizons(stats, result, action, needs_horizon, ctx)
                 stats.invalid_records += invalid
                 stats.records_written += int(np.count_nonzero(keep))
                 out = _window_output(result, window, ctx, action, keep, needs_horizon, stats)
@@ -400,7 +402,7 @@ def clean_group(
                 kept_markers.extend(int(result.base_offset[j]) for j in kept_control.tolist())
                 if out.pieces:
                     stats.bytes_written += out.size
-                    on_bytes(out.size)
+                    on_bytes(out.size, "write")
                     if cleaned is not None:
                         cleaned.append_batches(
                             b"".join(out.pieces), np.array(out.positions), np.array(out.last_offsets),
@@ -418,6 +420,17 @@ def clean_group(
         raise
     finally:
         stats.elapsed_s += time.monotonic() - started
+
+
+def _note_horizons(stats: RecopyStats, result, action, needs_horizon, ctx: RecopyContext) -> None:
+    """Track the soonest delete horizon among the batches kept with records (when a next pass is due)."""
+    written = (action == ACTION_VERBATIM) | (action == ACTION_REBUILD)
+    horizons = np.where(needs_horizon, ctx.now_ms + ctx.delete_retention_ms, result.delete_horizon_ms)[written]
+    horizons = horizons[horizons >= 0]
+    if len(horizons):
+        soonest = int(horizons.min())
+        if stats.earliest_delete_horizon_ms < 0 or soonest < stats.earliest_delete_horizon_ms:
+            stats.earliest_delete_horizon_ms = soonest
 
 
 def _write_txn_index(cleaned: LogSegment, group, kept_markers: list[int], original: dict, survey: LogSurvey) -> None:

@@ -63,6 +63,7 @@ class RoundResult:
     batches_rebuilt: int
     batches_emptied: int
     invalid_records: int
+    next_delete_horizon_ms: int  # soonest delete horizon left in the cleaned part (-1: none): when a pass is due
     size_before_bytes: int
     size_after_bytes: int
     groups: int
@@ -104,14 +105,17 @@ def clean_round(
     forced_from: int | None = None,
     forced_to: int | None = None,
     dry_run: bool = False,
+    force_recopy: bool = False,
     seed: int | None = None,
     check_abort: Callable[[], None] = lambda: None,
-    on_bytes: Callable[[int], None] = lambda n: None,
+    on_bytes: Callable[[int, str], None] = lambda n, direction: None,
 ) -> RoundResult:
     """Clean `log_` (opened in cleaner mode) once; see the module docstring.
 
     The map is reset with `seed` (random when None) so that a rare 128-bit hash collision does not repeat
-    round after round. Raises `CorruptRecordError`, `CleaningAbortedError` (from `check_abort`), or
+    round after round. With `force_recopy`, a log with no dirty section still has its clean section
+    recopied, so tombstones and markers whose delete horizon has passed go (Kafka never revisits such a
+    log until new writes make it dirty). Raises `CorruptRecordError`, `CleaningAbortedError` (from `check_abort`), or
     `OSError`; the log then holds every group either old or new and the checkpoint is unchanged.
     """
     started = time.monotonic()
@@ -119,7 +123,7 @@ def clean_round(
     size_before = log_.size_bytes
     survey = survey_log(log_)
     survey_s = time.monotonic() - started
-    on_bytes(survey.bytes_read)
+    on_bytes(survey.bytes_read, "read")
     checkpoint = log_.read_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT)
     high_watermark = log_.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT)
     rng = cleanable_range(
@@ -138,7 +142,7 @@ def clean_round(
             log_.topic, log_.partition, rng.log_start_offset, checkpoint,
         )
         log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, rng.first_dirty)
-    if rng.empty:
+    if rng.empty and not (force_recopy and rng.first_dirty > rng.log_start_offset):
         return _result(log_, rng, None, None, RecopyStats(), dry_run, size_before, survey_s, 0.0, started, offset_map)
     offset_map.reset(random.getrandbits(32) if seed is None else seed)
     index = build_offset_map(
@@ -200,6 +204,7 @@ def _result(log_, rng: CleanableRange, index, groups, stats: RecopyStats, dry_ru
         batches_rebuilt=stats.batches_rebuilt,
         batches_emptied=stats.batches_emptied,
         invalid_records=stats.invalid_records,
+        next_delete_horizon_ms=stats.earliest_delete_horizon_ms,
         size_before_bytes=size_before,
         size_after_bytes=size_after,
         groups=len(groups) if groups is not None else 0,

@@ -1,0 +1,505 @@
+"""The cleaner manager: every partition's state, and which log a free thread cleans next.
+
+Owns what Kafka's `LogCleanerManager` owns, under one lock: discovering partition directories under the
+log dirs (new and removed ones are noticed at every pass), estimating each log's dirty ratio and
+compaction delay cheaply (directory listing, file sizes, the last time-index entry and first batch header
+of dirty segments; no log is held open), picking the filthiest eligible log (ratio above
+`min.cleanable.dirty.ratio`, or overdue by `max.compaction.lag.ms`, or triggered by an operator, or holding
+tombstones whose horizon has passed), and the per-partition state machine: idle → in progress → idle,
+in progress → aborted → paused, paused(n) ↔ paused(n±1) with counted pauses.
+
+Where it does better than Kafka (cleaner-behaviour.md section 4): an uncleanable partition is retried when
+its files change or after a backoff that doubles up to a cap, instead of staying stuck until restart; a
+log whose expired tombstones wait only for a second pass is selected again once their horizon passes; a
+log dir whose files raise an I/O error goes offline alone; concurrent cleanings are spread over devices.
+
+It never cleans and never touches segment files; the pool's threads do (see `cleaner.pool`).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from segments import format as fmt
+from segments.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    read_offset_checkpoint,
+    update_offset_checkpoint,
+)
+from segments.errors import SegmentError
+from segments.log import parse_partition_dir_name
+from segments.recovery import parse_segment_file_name
+from segments.segment import LogSegment, peek_header
+
+from .oneshot import NEVER_CLEANED_TOPICS
+from .round import RoundResult
+from .settings import Settings, TopicSettings
+
+__all__ = ["CleanerManager", "Candidate", "PartitionState", "PartitionStatus", "StateError"]
+
+log = logging.getLogger(__name__)
+
+UNCLEANABLE_RETRY_MS_DEFAULT = 60 * 60 * 1000
+UNCLEANABLE_RETRY_MS_MAX = 24 * 60 * 60 * 1000
+_LONG_MAX = 2**63 - 1
+
+
+class PartitionState(enum.Enum):
+    IDLE = "idle"
+    IN_PROGRESS = "in_progress"
+    ABORTED = "aborted"
+    PAUSED = "paused"
+
+
+class StateError(RuntimeError):
+    """An operation the partition's state does not allow (Kafka's IllegalStateException)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A log chosen for cleaning, as handed to a thread."""
+
+    directory: Path
+    log_dir: Path
+    topic: str
+    partition: int
+    dirty_ratio: float
+    compaction_delay_ms: int
+    reason: str  # "dirty ratio", "max.compaction.lag.ms", "triggered", "delete horizon"
+    force_recopy: bool  # recopy even with no dirty section (to drop tombstones whose horizon passed)
+
+
+@dataclass(slots=True)
+class PartitionStatus:
+    """Everything the manager knows about one partition (what `/status` shows)."""
+
+    directory: Path
+    log_dir: Path
+    topic: str
+    partition: int
+    state: PartitionState = PartitionState.IDLE
+    pauses: int = 0
+    dirty_ratio: float = 0.0
+    cleanable_bytes: int = 0
+    total_bytes: int = 0
+    first_dirty: int = 0
+    first_uncleanable: int = 0
+    compaction_delay_ms: int = 0
+    triggered: bool = False
+    next_delete_horizon_ms: int = -1
+    uncleanable_reason: str | None = None
+    uncleanable_fingerprint: tuple = ()
+    uncleanable_retry_at_ms: int = 0
+    uncleanable_failures: int = 0
+    last_result: RoundResult | None = None
+    last_error: str | None = None
+    rounds: int = 0
+
+    def as_dict(self) -> dict:
+        out = {
+            "partition": f"{self.topic}-{self.partition}",
+            "directory": str(self.directory),
+            "log_dir": str(self.log_dir),
+            "state": self.state.value,
+            "pauses": self.pauses,
+            "dirty_ratio": round(self.dirty_ratio, 6),
+            "cleanable_bytes": self.cleanable_bytes,
+            "total_bytes": self.total_bytes,
+            "first_dirty": self.first_dirty,
+            "first_uncleanable": self.first_uncleanable,
+            "compaction_delay_ms": self.compaction_delay_ms,
+            "uncleanable": self.uncleanable_reason is not None,
+            "uncleanable_reason": self.uncleanable_reason,
+            "rounds": self.rounds,
+            "last_error": self.last_error,
+            "last_round": None if self.last_result is None else self.last_result.as_dict(),
+        }
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _SegmentFacts:
+    base_offset: int
+    size_bytes: int
+    largest_timestamp: int  # from the time index's last entry, else the file's mtime (Kafka's fallback)
+    path: Path
+
+
+def _fingerprint(directory: Path) -> tuple:
+    """What changes when a partition's files change (names, sizes, mtimes of its segment files)."""
+    out = []
+    for name in sorted(os.listdir(directory)):
+        if parse_segment_file_name(name) is not None:
+            st = os.stat(directory / name)
+            out.append((name, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _segment_facts(directory: Path) -> list[_SegmentFacts]:
+    facts = []
+    for name in os.listdir(directory):
+        parsed = parse_segment_file_name(name)
+        if parsed is None or parsed.kind != fmt.LOG_SUFFIX or parsed.state:
+            continue
+        path = directory / name
+        st = os.stat(path)
+        largest = st.st_mtime_ns // 1_000_000
+        tindex = directory / fmt.offset_file_name(parsed.offset, fmt.TIME_INDEX_SUFFIX)
+        try:
+            tsize = os.stat(tindex).st_size
+            if tsize >= fmt.TIME_INDEX_ENTRY.size and tsize % fmt.TIME_INDEX_ENTRY.size == 0:
+                with open(tindex, "rb") as f:
+                    ts, _ = fmt.TIME_INDEX_ENTRY.unpack(os.pread(f.fileno(), fmt.TIME_INDEX_ENTRY.size, tsize - 12))
+                if ts > 0:
+                    largest = ts
+        except FileNotFoundError:
+            pass
+        facts.append(_SegmentFacts(parsed.offset, st.st_size, largest, path))
+    facts.sort(key=lambda f: f.base_offset)
+    return facts
+
+
+def _first_batch_timestamp(path: Path) -> int:
+    with open(path, "rb") as f:
+        head = os.pread(f.fileno(), fmt.RECORD_BATCH_OVERHEAD, 0)
+    try:
+        return peek_header(head, 0).max_timestamp if head[fmt.MAGIC_OFFSET : fmt.MAGIC_OFFSET + 1] == b"\x02" else -1
+    except (SegmentError, IndexError):
+        return -1
+
+
+def _log_end_offset(directory: Path, active_base: int) -> int:
+    segment = LogSegment(directory, active_base)
+    try:
+        return segment.read_next_offset()
+    finally:
+        segment.close()
+
+
+class CleanerManager:
+    """Partition states and selection; every public method is thread-safe."""
+
+    def __init__(
+        self,
+        log_dirs: Iterable[str | os.PathLike],
+        settings: Settings,
+        *,
+        clock_ms: Callable[[], int],
+        uncleanable_retry_ms: int = UNCLEANABLE_RETRY_MS_DEFAULT,
+    ) -> None:
+        self._lock = threading.Condition()
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.settings = settings
+        self.clock_ms = clock_ms
+        self.uncleanable_retry_ms = uncleanable_retry_ms
+        self.partitions: dict[Path, PartitionStatus] = {}
+        self.offline_log_dirs: dict[Path, str] = {}
+        self.last_selection_ms: int | None = None
+        self.max_dirty_percent = 0.0
+        self.max_compaction_delay_ms = 0
+
+    # ---- discovery ----------------------------------------------------------------------------------
+
+    def discover(self) -> None:
+        """Add new partition directories and drop removed ones, across every online log dir."""
+        found: dict[Path, tuple[Path, str, int]] = {}
+        for log_dir in self.log_dirs:
+            if log_dir in self.offline_log_dirs:
+                continue
+            try:
+                children = sorted(log_dir.iterdir())
+            except OSError as exc:
+                self.mark_log_dir_offline(log_dir, f"cannot list: {exc}")
+                continue
+            for child in children:
+                parsed = parse_partition_dir_name(child.name)
+                if parsed is None or parsed[0] in NEVER_CLEANED_TOPICS or not child.is_dir():
+                    continue
+                found[child] = (log_dir, parsed[0], parsed[1])
+        with self._lock:
+            for directory in list(self.partitions):
+                if directory not in found and self.partitions[directory].state != PartitionState.IN_PROGRESS:
+                    log.info("partition removed dir=%s", directory)
+                    del self.partitions[directory]
+            for directory, (log_dir, topic, partition) in found.items():
+                if directory not in self.partitions:
+                    log.info("partition discovered dir=%s", directory)
+                    self.partitions[directory] = PartitionStatus(directory, log_dir, topic, partition)
+
+    def mark_log_dir_offline(self, log_dir: Path, reason: str) -> None:
+        with self._lock:
+            if log_dir not in self.offline_log_dirs:
+                log.error("log dir offline dir=%s reason=%s", log_dir, reason)
+            self.offline_log_dirs[log_dir] = reason
+
+    def topic_settings(self, topic: str) -> TopicSettings:
+        return self.settings.topic(topic)
+
+    def reconfigure(self, settings: Settings, log_dirs: Iterable[str | os.PathLike]) -> None:
+        with self._lock:
+            self.settings = settings
+            self.log_dirs = [Path(d) for d in log_dirs]
+
+    # ---- estimating -----------------------------------------------------------------------------------
+
+    def _estimate(self, status: PartitionStatus, now_ms: int) -> None:
+        """Refresh a partition's dirty ratio, range and compaction delay from its files (cheap)."""
+        topic = self.settings.topic(status.topic)
+        facts = _segment_facts(status.directory)
+        if not facts:
+            status.dirty_ratio, status.cleanable_bytes, status.total_bytes = 0.0, 0, 0
+            return
+        root = status.log_dir
+        key = (status.topic, status.partition)
+        log_start = max(facts[0].base_offset, read_offset_checkpoint(root / LOG_START_OFFSET_CHECKPOINT).get(key, 0))
+        active = facts[-1]
+        log_end = _log_end_offset(status.directory, active.base_offset)
+        checkpoint = read_offset_checkpoint(root / CLEANER_OFFSET_CHECKPOINT).get(key)
+        first_dirty = log_start if checkpoint is None else checkpoint
+        if checkpoint is not None and not log_start <= checkpoint <= log_end:
+            # Kafka repairs an invalid checkpoint at once, even if the log is not selected (KAFKA-6266).
+            log.warning("resetting invalid cleaner checkpoint dir=%s checkpoint=%d log_start=%d log_end=%d",
+                        status.directory, checkpoint, log_start, log_end)
+            update_offset_checkpoint(root / CLEANER_OFFSET_CHECKPOINT, {key: log_start})
+            first_dirty = log_start
+        bounds = [active.base_offset]
+        hw = read_offset_checkpoint(root / REPLICATION_OFFSET_CHECKPOINT).get(key)
+        if hw is not None:
+            bounds.append(hw)
+        dirty_inactive = [f for i, f in enumerate(facts[:-1]) if (facts[i + 1].base_offset > first_dirty)]
+        if topic.min_compaction_lag_ms > 0:
+            for f in dirty_inactive:
+                if f.largest_timestamp > now_ms - topic.min_compaction_lag_ms:
+                    bounds.append(f.base_offset)
+                    break
+        limit = min(bounds)
+        bases = [f.base_offset for f in facts]
+        aligned = max((b for b in bases if b <= limit), default=log_start)
+        first_uncleanable = max(first_dirty, aligned)
+        clean_bytes = sum(f.size_bytes for f in facts if f.base_offset < first_dirty)
+        cleanable = 0
+        for i, f in enumerate(facts):
+            next_base = facts[i + 1].base_offset if i + 1 < len(facts) else log_end
+            if f.base_offset < first_uncleanable and next_base > first_dirty:
+                cleanable += f.size_bytes
+        total = clean_bytes + cleanable
+        delay = 0
+        if topic.max_compaction_lag_ms < _LONG_MAX:
+            firsts = [t for f in dirty_inactive if f.base_offset < first_uncleanable
+                      for t in [_first_batch_timestamp(f.path)] if t > 0]
+            if firsts:
+                delay = max(0, now_ms - topic.max_compaction_lag_ms - min(firsts))
+        status.first_dirty = first_dirty
+        status.first_uncleanable = first_uncleanable
+        status.cleanable_bytes = cleanable
+        status.total_bytes = sum(f.size_bytes for f in facts)
+        status.dirty_ratio = cleanable / total if total else 0.0
+        status.compaction_delay_ms = delay
+
+    # ---- selection ------------------------------------------------------------------------------------
+
+    def grab_filthiest(self, *, busy_devices: Iterable[int] = ()) -> Candidate | None:
+        """The eligible log with the highest dirty ratio (overdue, triggered or horizon-due logs first),
+        now marked in progress; None if there is none. Logs on `busy_devices` are passed over while
+        another eligible log on an idle device exists."""
+        now = self.clock_ms()
+        busy = set(busy_devices)
+        with self._lock:
+            self.last_selection_ms = now
+            statuses = [s for s in self.partitions.values()
+                        if s.state == PartitionState.IDLE and s.log_dir not in self.offline_log_dirs]
+        eligible: list[tuple[tuple, Candidate]] = []
+        max_ratio = 0.0
+        max_delay = 0
+        for status in statuses:
+            topic = self.settings.topic(status.topic)
+            if not topic.compact:
+                continue
+            if status.uncleanable_reason is not None and not self._retry_due(status, now):
+                continue
+            try:
+                self._estimate(status, now)
+            except (OSError, SegmentError) as exc:
+                self.mark_uncleanable(status.directory, f"cannot estimate: {exc}")
+                continue
+            max_ratio = max(max_ratio, status.dirty_ratio)
+            max_delay = max(max_delay, status.compaction_delay_ms)
+            horizon_due = 0 <= status.next_delete_horizon_ms <= now
+            has_dirty = status.cleanable_bytes > 0 and status.first_uncleanable > status.first_dirty
+            if status.triggered:
+                reason = "triggered"
+            elif status.compaction_delay_ms > 0 and has_dirty:
+                reason = "max.compaction.lag.ms"
+            elif has_dirty and status.dirty_ratio > topic.min_cleanable_dirty_ratio:
+                reason = "dirty ratio"
+            elif horizon_due:
+                reason = "delete horizon"
+            else:
+                continue
+            device = os.stat(status.log_dir).st_dev
+            rank = (device in busy, reason not in ("triggered", "max.compaction.lag.ms"), -status.dirty_ratio)
+            eligible.append((rank, Candidate(
+                status.directory, status.log_dir, status.topic, status.partition, status.dirty_ratio,
+                status.compaction_delay_ms, reason, force_recopy=(reason in ("delete horizon", "triggered")),
+            )))
+        with self._lock:
+            self.max_dirty_percent = 100.0 * max_ratio
+            self.max_compaction_delay_ms = max_delay
+            eligible.sort(key=lambda e: e[0])
+            for _, candidate in eligible:
+                status = self.partitions.get(candidate.directory)
+                if status is not None and status.state == PartitionState.IDLE:
+                    status.state = PartitionState.IN_PROGRESS
+                    status.triggered = False
+                    return candidate
+        return None
+
+    def _retry_due(self, status: PartitionStatus, now: int) -> bool:
+        if now >= status.uncleanable_retry_at_ms:
+            return True
+        try:
+            return _fingerprint(status.directory) != status.uncleanable_fingerprint
+        except OSError:
+            return False
+
+    # ---- outcomes ----------------------------------------------------------------------------------
+
+    def done_cleaning(self, directory: Path, result: RoundResult, next_delete_horizon_ms: int = -1) -> None:
+        """A round finished (checkpoint already written by the round). Aborted → paused(1)."""
+        with self._lock:
+            status = self.partitions.get(directory)
+            if status is None:
+                return
+            status.last_result = result
+            status.rounds += 1
+            status.last_error = None
+            status.uncleanable_reason = None
+            status.uncleanable_failures = 0
+            status.next_delete_horizon_ms = next_delete_horizon_ms
+            if not result.done:
+                status.triggered = True  # the map filled: continue at once with the next round
+            self._finish(status)
+
+    def aborted(self, directory: Path) -> None:
+        """A round stopped by an abort (shutdown, pause): no checkpoint change, no failure."""
+        with self._lock:
+            status = self.partitions.get(directory)
+            if status is not None:
+                self._finish(status)
+
+    def failed(self, directory: Path, error: BaseException) -> None:
+        """A round raised: the partition becomes uncleanable, retried after a doubling backoff."""
+        self.mark_uncleanable(directory, f"{type(error).__name__}: {error}")
+        with self._lock:
+            status = self.partitions.get(directory)
+            if status is not None:
+                self._finish(status)
+
+    def mark_uncleanable(self, directory: Path, reason: str) -> None:
+        now = self.clock_ms()
+        with self._lock:
+            status = self.partitions.get(directory)
+            if status is None:
+                return
+            status.uncleanable_failures += 1
+            backoff = min(self.uncleanable_retry_ms * 2 ** (status.uncleanable_failures - 1), UNCLEANABLE_RETRY_MS_MAX)
+            status.uncleanable_reason = reason
+            status.last_error = reason
+            status.uncleanable_retry_at_ms = now + backoff
+            try:
+                status.uncleanable_fingerprint = _fingerprint(directory)
+            except OSError:
+                status.uncleanable_fingerprint = ()
+            log.error("partition uncleanable dir=%s retry_in_ms=%d reason=%s", directory, backoff, reason)
+
+    def _finish(self, status: PartitionStatus) -> None:
+        if status.state == PartitionState.ABORTED:
+            status.state = PartitionState.PAUSED
+            status.pauses = 1
+        elif status.state == PartitionState.IN_PROGRESS:
+            status.state = PartitionState.IDLE
+        self._lock.notify_all()
+
+    # ---- pause / resume / abort / trigger ------------------------------------------------------------------
+
+    def is_aborted(self, directory: Path) -> bool:
+        with self._lock:
+            status = self.partitions.get(directory)
+            return status is None or status.state == PartitionState.ABORTED
+
+    def abort_and_pause(self, directory: Path, *, timeout_s: float | None = None) -> None:
+        """Pause cleaning of a partition, aborting a running round and waiting for it to stop."""
+        with self._lock:
+            status = self._get(directory)
+            if status.state == PartitionState.IDLE:
+                status.state, status.pauses = PartitionState.PAUSED, 1
+            elif status.state == PartitionState.IN_PROGRESS:
+                status.state = PartitionState.ABORTED
+                if not self._lock.wait_for(lambda: status.state != PartitionState.ABORTED, timeout=timeout_s):
+                    raise StateError(f"{directory}: the running round did not stop in time")
+            elif status.state == PartitionState.PAUSED:
+                status.pauses += 1
+            else:
+                raise StateError(f"{directory}: already being aborted")
+
+    def resume(self, directory: Path) -> None:
+        with self._lock:
+            status = self._get(directory)
+            if status.state != PartitionState.PAUSED:
+                raise StateError(f"{directory}: cannot resume a partition that is {status.state.value}")
+            status.pauses -= 1
+            if status.pauses == 0:
+                status.state = PartitionState.IDLE
+
+    def trigger(self, directory: Path) -> None:
+        """Clean this partition next, whatever its dirty ratio (and clear an uncleanable mark)."""
+        with self._lock:
+            status = self._get(directory)
+            status.triggered = True
+            status.uncleanable_retry_at_ms = 0
+
+    def abort_all(self) -> None:
+        """Mark every running round aborted (shutdown); threads see it at their next window."""
+        with self._lock:
+            for status in self.partitions.values():
+                if status.state == PartitionState.IN_PROGRESS:
+                    status.state = PartitionState.ABORTED
+
+    def _get(self, directory: Path) -> PartitionStatus:
+        status = self.partitions.get(Path(directory))
+        if status is None:
+            raise StateError(f"{directory}: no such partition")
+        return status
+
+    def find(self, name: str) -> Path:
+        """The directory of partition `name` (`<topic>-<partition>` or a path)."""
+        with self._lock:
+            for directory in self.partitions:
+                if directory.name == name or str(directory) == name:
+                    return directory
+        raise StateError(f"{name}: no such partition")
+
+    # ---- reporting ----------------------------------------------------------------------------------
+
+    def snapshot(self) -> list[PartitionStatus]:
+        with self._lock:
+            return [PartitionStatus(**{f: getattr(s, f) for f in PartitionStatus.__dataclass_fields__})
+                    for s in self.partitions.values()]
+
+    def uncleanable_by_log_dir(self) -> dict[Path, tuple[int, int]]:
+        """(count, cleanable bytes) of uncleanable partitions per log dir."""
+        out: dict[Path, tuple[int, int]] = {d: (0, 0) for d in self.log_dirs}
+        with self._lock:
+            for s in self.partitions.values():
+                if s.uncleanable_reason is not None:
+                    count, size = out.get(s.log_dir, (0, 0))
+                    out[s.log_dir] = (count + 1, size + s.cleanable_bytes)
+        return out
