@@ -86,6 +86,85 @@ def verify(paths: tuple[Path, ...], as_json: bool) -> None:
     sys.exit(1 if summary.problems else 0)
 
 
+@main.command()
+@click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="TOML config file: Kafka setting names, [topics.<name>] overrides, [server] settings.")
+@click.option("--server-properties", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A Kafka server.properties to take broker-level settings from.")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+def run(config_path: Path | None, server_properties: Path | None, log_level: str) -> None:
+    """Run the cleaner daemon: clean the dirtiest logs continuously; serve /metrics, /healthz, /status."""
+    import logging
+
+    from .config_file import ConfigFileError
+    from .daemon import Daemon
+
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper()),
+        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
+    )
+    try:
+        daemon = Daemon(config_path, server_properties=server_properties)
+    except ConfigFileError as exc:
+        raise click.UsageError(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
+    daemon.install_signal_handlers()
+    daemon.start()
+    sys.exit(daemon.run())
+
+
+@main.command()
+@click.option("--url", default="http://127.0.0.1:9464", show_default=True, help="The daemon's [server] listen address.")
+@click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON status as it is.")
+def status(url: str, as_json: bool) -> None:
+    """Print every partition's state, dirty ratio and last round, from a running daemon."""
+    body = _http(url.rstrip("/") + "/status", "GET")
+    if as_json:
+        click.echo(json.dumps(body, indent=1))
+        return
+    d = body["daemon"]
+    click.echo(f"threads {d['threads_alive']}/{d['threads']}, log dirs {', '.join(d['log_dirs'])}, "
+               f"I/O {d['io_bytes_total'] / 1e6:.1f} MB")
+    click.echo(f"{'PARTITION':<32} {'STATE':<12} {'DIRTY':>7} {'CLEANABLE MB':>13} {'ROUNDS':>6}  LAST / PROBLEM")
+    for p in body["partitions"]:
+        last = p["last_round"]
+        note = p["uncleanable_reason"] and f"UNCLEANABLE: {p['uncleanable_reason']}" or (
+            last and f"{last['records_read']} -> {last['records_written']} records in {last['elapsed_s']:.2f} s" or "")
+        click.echo(f"{p['partition']:<32} {p['state']:<12} {p['dirty_ratio']:>7.3f} "
+                   f"{p['cleanable_bytes'] / 1e6:>13.2f} {p['rounds']:>6}  {note}")
+
+
+@main.command()
+@click.argument("operation", type=click.Choice(["pause", "resume", "trigger"]))
+@click.argument("partition")
+@click.option("--url", default="http://127.0.0.1:9464", show_default=True, help="The daemon's [server] listen address.")
+def admin(operation: str, partition: str, url: str) -> None:
+    """Pause, resume or trigger cleaning of PARTITION (<topic>-<partition>) in a running daemon."""
+    body = _http(f"{url.rstrip('/')}/partitions/{partition}/{operation}", "POST")
+    click.echo(f"{body['partition']}: {body['operation']} -> {body['state']} (pauses {body['pauses']})")
+
+
+def _http(url: str, method: str) -> dict:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        try:
+            detail = json.loads(detail).get("error", detail)
+        except ValueError:
+            pass
+        raise click.ClickException(f"{url}: {exc.code}: {detail}") from None
+    except OSError as exc:
+        raise click.ClickException(f"{url}: cannot reach the daemon: {exc}") from None
+
+
 def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for item in values:

@@ -1,0 +1,236 @@
+"""`logcleaner run`: the long-running cleaner service.
+
+Owns the process: loading and validating the config (`-c` TOML, `--server-properties`), building the
+manager, the per-device throttles, the metrics, the thread pool and the HTTP endpoints, and the main loop
+that discovers partitions and replaces dead threads. Signals:
+
+* `SIGHUP` reloads the config; an invalid file is reported and the running config kept. Partition states,
+  uncleanable marks and metrics survive; the throttle rate, thread count, log dirs and topic settings
+  take effect at once (a changed dedupe buffer at each thread's next round).
+* `SIGTERM`/`SIGINT` stop it: running rounds abort at their next window, remove their `.cleaned` files
+  and leave every group old or new; checkpoints are already on disk (each round writes its own when it
+  completes); exit 0. A second signal exits at once with status 1; recovery at the next start finishes or
+  rolls back whatever the interrupted swap left.
+
+The clock is the wall clock unless `LOGCLEANER_CLOCK_FILE` names a file holding epoch milliseconds (a test
+hook to drive `min.compaction.lag.ms`, `max.compaction.lag.ms` and delete horizons).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from .admin_http import AdminServer, parse_listen
+from .config_file import ConfigFileError, LoadedConfig, load_config
+from .manager import CleanerManager, StateError, UNCLEANABLE_RETRY_MS_DEFAULT
+from .metrics import CleanerMetrics
+from .pool import CleanerPool
+from .throttle import DeviceThrottles
+
+__all__ = ["Daemon", "clock_from_environment"]
+
+log = logging.getLogger(__name__)
+
+SERVER_DEFAULTS = {
+    "listen": "127.0.0.1:9464",
+    "discovery_interval_ms": 5_000,
+    "uncleanable_retry_ms": UNCLEANABLE_RETRY_MS_DEFAULT,
+    "shutdown_timeout_s": 10.0,
+}
+
+
+def clock_from_environment():
+    """Epoch milliseconds: from the file named by LOGCLEANER_CLOCK_FILE if set, else the wall clock."""
+    path = os.environ.get("LOGCLEANER_CLOCK_FILE")
+    if not path:
+        return lambda: int(time.time() * 1000)
+
+    def file_clock() -> int:
+        try:
+            return int(Path(path).read_text().strip())
+        except (OSError, ValueError):
+            return int(time.time() * 1000)
+
+    return file_clock
+
+
+def _server_settings(loaded: LoadedConfig) -> dict:
+    server = dict(SERVER_DEFAULTS)
+    for key, value in loaded.server.items():
+        if key not in SERVER_DEFAULTS:
+            raise ConfigFileError(f"{loaded.path}: unknown [server] setting {key!r} (known: {', '.join(SERVER_DEFAULTS)})")
+        server[key] = value
+    try:
+        parse_listen(str(server["listen"]))
+    except ValueError as exc:
+        raise ConfigFileError(f"{loaded.path}: [server] listen: {exc}") from None
+    for key in ("discovery_interval_ms", "uncleanable_retry_ms"):
+        if not isinstance(server[key], int) or server[key] < 1:
+            raise ConfigFileError(f"{loaded.path}: [server] {key} = {server[key]!r}: must be an integer ≥ 1")
+    return server
+
+
+def _check_log_dirs(loaded: LoadedConfig) -> list[Path]:
+    dirs = [Path(d) for d in loaded.settings.broker["log.dirs"]]
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigFileError(f"setting 'log.dirs' = {[str(x) for x in dirs]!r}: {d} is not a directory")
+    return dirs
+
+
+class Daemon:
+    """One cleaner service. `start()`, then `run()` until `request_stop()`; or use the CLI's `run`."""
+
+    def __init__(self, config_path: str | os.PathLike | None, *, server_properties=None, clock_ms=None) -> None:
+        self.config_path = config_path
+        self.server_properties = server_properties
+        self.clock_ms = clock_ms or clock_from_environment()
+        self.loaded = load_config(config_path, server_properties=server_properties)
+        self.server = _server_settings(self.loaded)
+        self.log_dirs = _check_log_dirs(self.loaded)
+        broker = self.loaded.settings.broker
+        self.manager = CleanerManager(
+            self.log_dirs, self.loaded.settings, clock_ms=self.clock_ms,
+            uncleanable_retry_ms=self.server["uncleanable_retry_ms"],
+        )
+        self.throttles = DeviceThrottles(broker["log.cleaner.io.max.bytes.per.second"])
+        self.metrics = CleanerMetrics(self._metric_state)
+        self.pool = CleanerPool(
+            self.manager, self.throttles, self.metrics, threads=broker["log.cleaner.threads"], clock_ms=self.clock_ms
+        )
+        self.http = AdminServer(self, str(self.server["listen"]))
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._signals = 0
+        self.started_at_ms = self.clock_ms()
+
+    # ---- state for metrics, health and status ---------------------------------------------------------
+
+    def _metric_state(self) -> dict:
+        now = self.clock_ms()
+        last = self.manager.last_selection_ms
+        snapshot = self.manager.snapshot()
+        return {
+            "max_compaction_delay_ms": self.manager.max_compaction_delay_ms,
+            "dead_threads": self.pool.dead_threads,
+            "threads_alive": self.pool.threads_alive,
+            "max_dirty_percent": self.manager.max_dirty_percent,
+            "time_since_last_run_s": 0.0 if last is None else max(0.0, (now - last) / 1000.0),
+            "io_budget_bytes_per_second": self.throttles._rate,
+            "log_dirs_offline": len(self.manager.offline_log_dirs),
+            "uncleanable": {str(d): v for d, v in self.manager.uncleanable_by_log_dir().items()},
+            "partitions": [(s.topic, s.partition, str(s.log_dir), s.dirty_ratio, s.cleanable_bytes) for s in snapshot],
+        }
+
+    def health(self) -> dict:
+        alive = self.pool.threads_alive
+        wanted = self.pool.threads_wanted
+        healthy = alive >= wanted and not self._stop.is_set()
+        return {"healthy": healthy, "threads_alive": alive, "threads_wanted": wanted,
+                "dead_threads": self.pool.dead_threads, "stopping": self._stop.is_set(),
+                "log_dirs_offline": {str(k): v for k, v in self.manager.offline_log_dirs.items()}}
+
+    def status(self) -> dict:
+        return {
+            "daemon": {
+                "config": self.config_path and str(self.config_path),
+                "log_dirs": [str(d) for d in self.log_dirs],
+                "threads": self.pool.threads_wanted,
+                "threads_alive": self.pool.threads_alive,
+                "io_budget_bytes_per_second": self.throttles._rate,
+                "io_bytes_total": self.throttles.total_bytes,
+                "started_at_ms": self.started_at_ms,
+                "now_ms": self.clock_ms(),
+            },
+            "partitions": [s.as_dict() for s in sorted(self.manager.snapshot(), key=lambda s: str(s.directory))],
+        }
+
+    def partition_operation(self, name: str, operation: str) -> dict:
+        directory = self.manager.find(name)
+        if operation == "pause":
+            self.manager.abort_and_pause(directory, timeout_s=30)
+        elif operation == "resume":
+            self.manager.resume(directory)
+        elif operation == "trigger":
+            self.manager.trigger(directory)
+        else:
+            raise StateError(f"unknown operation {operation}")
+        status = next(s for s in self.manager.snapshot() if s.directory == directory)
+        return {"partition": name, "operation": operation, "state": status.state.value, "pauses": status.pauses}
+
+    # ---- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.manager.discover()
+        self.http.start()
+        self.pool.start()
+        host, port = self.http.address
+        log.info("logcleaner started log_dirs=%s threads=%d listen=%s:%d", [str(d) for d in self.log_dirs],
+                 self.pool.threads_wanted, host, port)
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_stop_signal)
+        signal.signal(signal.SIGINT, self._on_stop_signal)
+        signal.signal(signal.SIGHUP, lambda signum, frame: self._reload.set())
+
+    def _on_stop_signal(self, signum, frame) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            os.write(2, b"logcleaner: second signal, exiting at once\n")
+            os._exit(1)
+        self._stop.set()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> int:
+        """The main loop, until a stop is requested; returns the exit status."""
+        interval_s = self.server["discovery_interval_ms"] / 1000.0
+        while not self._stop.is_set():
+            if self._reload.is_set():
+                self._reload.clear()
+                self.reload()
+            try:
+                self.manager.discover()
+            except Exception:  # noqa: BLE001 - discovery is retried at the next tick
+                log.exception("partition discovery failed")
+            self.pool.supervise()
+            self._stop.wait(min(interval_s, 1.0) if self._reload.is_set() else interval_s)
+        return self.shutdown()
+
+    def reload(self) -> None:
+        """Re-read the config (SIGHUP); keep running on the old one if the new one is invalid."""
+        try:
+            loaded = load_config(self.config_path, server_properties=self.server_properties)
+            server = _server_settings(loaded)
+            log_dirs = _check_log_dirs(loaded)
+        except ConfigFileError as exc:
+            log.error("config reload rejected; keeping the running config: %s", exc)
+            return
+        broker = loaded.settings.broker
+        self.loaded = loaded
+        self.log_dirs = log_dirs
+        self.manager.reconfigure(loaded.settings, log_dirs)
+        self.manager.uncleanable_retry_ms = server["uncleanable_retry_ms"]
+        self.throttles.set_rate(broker["log.cleaner.io.max.bytes.per.second"])
+        self.pool.resize(broker["log.cleaner.threads"])
+        if server["listen"] != self.server["listen"]:
+            log.warning("[server] listen changed; it takes effect at the next restart")
+        self.server.update({k: v for k, v in server.items() if k != "listen"})
+        log.info("config reloaded threads=%d io_budget=%s", broker["log.cleaner.threads"],
+                 broker["log.cleaner.io.max.bytes.per.second"])
+
+    def shutdown(self) -> int:
+        log.info("logcleaner stopping: aborting running rounds")
+        stopped = self.pool.stop(timeout_s=float(self.server["shutdown_timeout_s"]))
+        self.http.stop()
+        if not stopped:
+            log.error("cleaner threads did not stop in time; leftovers are recovered at the next start")
+            return 1
+        log.info("logcleaner stopped")
+        return 0

@@ -1,0 +1,205 @@
+"""The cleaner thread pool: the only code that starts cleaner threads and the only code that catches everything.
+
+Owns `log.cleaner.threads` threads, each with its own offset map, looping: ask the manager for the
+filthiest log, open it in cleaner mode, run one round under the shared per-device I/O throttle, report the
+outcome. Between rounds, a thread with nothing to clean does the idle-log maintenance (`cleaner.idle`) and
+then waits `log.cleaner.backoff.ms`. Outcomes:
+
+* success → the manager records it (the round wrote the checkpoint);
+* an abort (shutdown, pause) at a window boundary → the round removed its `.cleaned` files; nothing else;
+* the partition's cleaner lock is held by another process → skipped, not a failure;
+* an I/O error of the disk itself (EIO, EROFS) → that log dir goes offline, the others go on;
+* anything else → the partition is marked uncleanable (retried later, see `cleaner.manager`); the thread
+  carries on. A thread that dies anyway is replaced by `supervise()` and counted.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from offsetmap import OffsetMap, per_thread_memory_bytes
+from segments.errors import LockTimeoutError
+from segments.log import LogConfig, PartitionLog
+
+from .idle import maintain_idle_logs
+from .manager import Candidate, CleanerManager
+from .metrics import CleanerMetrics
+from .round import CleaningAbortedError, clean_round
+from .throttle import DeviceThrottles
+
+__all__ = ["CleanerPool"]
+
+log = logging.getLogger(__name__)
+
+_DISK_ERRNOS = frozenset({errno.EIO, errno.EROFS})
+_LOCK_WAIT_S = 1.0
+
+
+class CleanerPool:
+    """`threads` cleaner threads sharing one manager, throttles and metrics."""
+
+    def __init__(
+        self,
+        manager: CleanerManager,
+        throttles: DeviceThrottles,
+        metrics: CleanerMetrics,
+        *,
+        threads: int,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.manager = manager
+        self.throttles = throttles
+        self.metrics = metrics
+        self.clock_ms = clock_ms
+        self.threads_wanted = threads
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: dict[int, threading.Thread] = {}
+        self._busy: dict[int, int] = {}  # thread index -> device being cleaned
+        self.dead_threads = 0
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._lock:
+            for i in range(self.threads_wanted):
+                self._spawn(i)
+
+    def _spawn(self, index: int) -> None:
+        thread = threading.Thread(target=self._run, args=(index,), name=f"logcleaner-cleaner-thread-{index}", daemon=True)
+        self._threads[index] = thread
+        thread.start()
+
+    def supervise(self) -> None:
+        """Replace threads that died (counted in `dead_threads`); match the wanted thread count."""
+        if self._stopping.is_set():
+            return
+        with self._lock:
+            for index, thread in list(self._threads.items()):
+                if not thread.is_alive():
+                    self.dead_threads += 1
+                    log.error("cleaner thread died; replacing it thread=%s", thread.name)
+                    if index < self.threads_wanted:
+                        self._spawn(index)
+                    else:
+                        del self._threads[index]
+            for index in range(self.threads_wanted):
+                if index not in self._threads:
+                    self._spawn(index)
+
+    def resize(self, threads: int) -> None:
+        """Change the thread count (config reload); extra threads stop after their current round."""
+        with self._lock:
+            self.threads_wanted = threads
+        self.supervise()
+
+    @property
+    def threads_alive(self) -> int:
+        with self._lock:
+            return sum(1 for t in self._threads.values() if t.is_alive())
+
+    def stop(self, timeout_s: float) -> bool:
+        """Abort running rounds at their next window and wait for the threads; True if all stopped."""
+        self._stopping.set()
+        self.manager.abort_all()
+        with self._lock:
+            threads = list(self._threads.values())
+        for thread in threads:
+            thread.join(timeout_s)
+        return not any(t.is_alive() for t in threads)
+
+    def busy_devices(self) -> list[int]:
+        with self._lock:
+            return list(self._busy.values())
+
+    # ---- the thread -------------------------------------------------------------------------------------
+
+    def _run(self, index: int) -> None:
+        offset_map = None
+        map_memory = 0
+        while not self._stopping.is_set():
+            if index >= self.threads_wanted:
+                return
+            broker = self.manager.settings.broker
+            memory = per_thread_memory_bytes(broker["log.cleaner.dedupe.buffer.size"], broker["log.cleaner.threads"])
+            if offset_map is None or memory != map_memory:
+                offset_map = OffsetMap(memory, broker["log.cleaner.io.buffer.load.factor"])
+                map_memory = memory
+            try:
+                candidate = self.manager.grab_filthiest(busy_devices=self.busy_devices())
+            except Exception:  # noqa: BLE001 - a failed selection must not kill the thread (KAFKA-8725)
+                log.exception("selecting a log to clean failed")
+                candidate = None
+            if candidate is None:
+                try:
+                    maintain_idle_logs(self.manager, self.clock_ms())
+                except Exception:  # noqa: BLE001 - maintenance is best effort
+                    log.exception("idle-log maintenance failed")
+                self._stopping.wait(broker["log.cleaner.backoff.ms"] / 1000.0)
+                continue
+            self._clean(index, candidate, offset_map)
+
+    def _clean(self, index: int, candidate: Candidate, offset_map: OffsetMap) -> None:
+        directory = candidate.directory
+        device = os.stat(candidate.log_dir).st_dev
+        throttle = self.throttles.for_path(candidate.log_dir)
+        with self._lock:
+            self._busy[index] = device
+
+        def check_abort() -> None:
+            if self._stopping.is_set() or self.manager.is_aborted(directory):
+                raise CleaningAbortedError(f"{directory}: cleaning aborted")
+
+        def on_bytes(n: int, direction: str) -> None:
+            self.metrics.record_io(n, direction)
+            throttle.acquire(n)
+
+        topic = self.manager.topic_settings(candidate.topic)
+        config = LogConfig(
+            segment_bytes=topic.segment_bytes,
+            segment_ms=topic.segment_ms,
+            segment_index_bytes=topic.segment_index_bytes,
+            index_interval_bytes=topic.index_interval_bytes,
+            max_message_bytes=topic.max_message_bytes,
+        )
+        try:
+            log.info("cleaning dir=%s reason=%s dirty_ratio=%.3f", directory, candidate.reason, candidate.dirty_ratio)
+            with PartitionLog.open(Path(directory), mode="cleaner", config=config, lock_timeout_s=_LOCK_WAIT_S) as plog:
+                result = clean_round(
+                    plog,
+                    topic,
+                    offset_map,
+                    now_ms=self.clock_ms(),
+                    producer_expiration_ms=self.manager.settings.broker["producer.id.expiration.ms"],
+                    force_recopy=candidate.force_recopy,
+                    check_abort=check_abort,
+                    on_bytes=on_bytes,
+                )
+            self.manager.done_cleaning(directory, result, result.next_delete_horizon_ms)
+            self.metrics.record_round(index, result)
+        except CleaningAbortedError:
+            log.info("cleaning aborted dir=%s", directory)
+            self.manager.aborted(directory)
+            self.metrics.record_outcome("aborted")
+        except LockTimeoutError as exc:
+            log.info("partition busy; skipped dir=%s reason=%s", directory, exc)
+            self.manager.aborted(directory)
+        except OSError as exc:
+            if exc.errno in _DISK_ERRNOS:
+                self.manager.mark_log_dir_offline(candidate.log_dir, str(exc))
+                self.manager.aborted(directory)
+            else:
+                self.manager.failed(directory, exc)
+            self.metrics.record_outcome("failed")
+        except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
+            log.exception("cleaning failed dir=%s", directory)
+            self.manager.failed(directory, exc)
+            self.metrics.record_outcome("failed")
+        finally:
+            with self._lock:
+                self._busy.pop(index, None)
