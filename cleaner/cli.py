@@ -304,3 +304,7 @@ def demo(directory: Path, records: int, keys: int, partitions: int) -> None:
     )
     click.echo(f"inspect it with: logcleaner dump --deep-iteration {directory}/demo-0/00000000000000000000.log")
     sys.exit(1 if failed or after.problems else 0)
+
+
+if __name__ == "__main__":
+    main()

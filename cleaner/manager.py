@@ -428,6 +428,21 @@ class CleanerManager:
             status.state = PartitionState.IDLE
         self._lock.notify_all()
 
+    def begin_maintenance(self, directory: Path) -> bool:
+        """Reserve an idle partition for retention work (no cleaning meanwhile); False if not idle."""
+        with self._lock:
+            status = self.partitions.get(directory)
+            if status is None or status.state != PartitionState.IDLE or status.log_dir in self.offline_log_dirs:
+                return False
+            status.state = PartitionState.IN_PROGRESS
+            return True
+
+    def end_maintenance(self, directory: Path) -> None:
+        with self._lock:
+            status = self.partitions.get(directory)
+            if status is not None:
+                self._finish(status)
+
     # ---- pause / resume / abort / trigger ------------------------------------------------------------------
 
     def is_aborted(self, directory: Path) -> bool:

@@ -21,6 +21,7 @@ for the gauges (so they are never stale). Names:
 | logcleaner_round_duration_seconds | histogram of round durations |
 | logcleaner_rounds_total{result} | rounds by outcome: ok, aborted, failed |
 | logcleaner_records_removed_total, logcleaner_bytes_removed_total | what cleaning removed |
+| logcleaner_retention_segments_deleted_total, logcleaner_retention_bytes_deleted_total | what retention deleted |
 | logcleaner_threads_alive, logcleaner_log_dirs_offline | pool and log-dir health |
 | logcleaner_io_budget_bytes_per_second | the throttle's budget (per device) |
 """
@@ -62,6 +63,12 @@ class CleanerMetrics:
             "logcleaner_records_removed", "Records removed by cleaning.", registry=self.registry
         )
         self.bytes_removed = Counter("logcleaner_bytes_removed", "Bytes removed by cleaning.", registry=self.registry)
+        self.segments_deleted = Counter(
+            "logcleaner_retention_segments_deleted", "Segments deleted by retention.", registry=self.registry
+        )
+        self.retention_bytes_deleted = Counter(
+            "logcleaner_retention_bytes_deleted", "Bytes deleted by retention.", registry=self.registry
+        )
         self.registry.register(_StateCollector(self))
 
     def record_io(self, n_bytes: int, direction: str) -> None:
@@ -77,6 +84,10 @@ class CleanerMetrics:
             self._last_rounds[thread_index] = (
                 result.map_utilization, result.bytes_read, result.bytes_written, result.elapsed_s
             )
+
+    def record_retention(self, segments: int, n_bytes: int) -> None:
+        self.segments_deleted.inc(segments)
+        self.retention_bytes_deleted.inc(n_bytes)
 
     def record_outcome(self, outcome: str) -> None:
         self.rounds.labels(outcome).inc()

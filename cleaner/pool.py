@@ -2,8 +2,9 @@
 
 Owns `log.cleaner.threads` threads, each with its own offset map, looping: ask the manager for the
 filthiest log, open it in cleaner mode, run one round under the shared per-device I/O throttle, report the
-outcome. Between rounds, a thread with nothing to clean does the idle-log maintenance (`cleaner.idle`) and
-then waits `log.cleaner.backoff.ms`. Outcomes:
+outcome. Between rounds, a thread with nothing to clean does the idle-log maintenance (`cleaner.idle`) and, once
+per `log.retention.check.interval.ms`, the retention of compacted logs (`cleaner.retention`), then waits
+`log.cleaner.backoff.ms`. Outcomes:
 
 * success → the manager records it (the round wrote the checkpoint);
 * an abort (shutdown, pause) at a window boundary → the round removed its `.cleaned` files; nothing else;
@@ -29,6 +30,7 @@ from segments.log import LogConfig, PartitionLog
 from .idle import maintain_idle_logs
 from .manager import Candidate, CleanerManager
 from .metrics import CleanerMetrics
+from .retention import apply_retention
 from .round import CleaningAbortedError, clean_round
 from .throttle import DeviceThrottles
 
@@ -61,6 +63,7 @@ class CleanerPool:
         self._lock = threading.Lock()
         self._threads: dict[int, threading.Thread] = {}
         self._busy: dict[int, int] = {}  # thread index -> device being cleaned
+        self._next_retention_ms = 0
         self.dead_threads = 0
 
     # ---- lifecycle ------------------------------------------------------------------------------------
@@ -138,11 +141,38 @@ class CleanerPool:
             if candidate is None:
                 try:
                     maintain_idle_logs(self.manager, self.clock_ms())
+                    self._retention_if_due(broker["log.retention.check.interval.ms"])
                 except Exception:  # noqa: BLE001 - maintenance is best effort
                     log.exception("idle-log maintenance failed")
                 self._stopping.wait(broker["log.cleaner.backoff.ms"] / 1000.0)
                 continue
             self._clean(index, candidate, offset_map)
+
+    def _retention_if_due(self, interval_ms: int) -> None:
+        """Retention of compacted logs (`compact,delete`, segments below log start), once per interval."""
+        now = self.clock_ms()
+        with self._lock:
+            if now < self._next_retention_ms:
+                return
+            self._next_retention_ms = now + interval_ms
+        for status in self.manager.snapshot():
+            if self._stopping.is_set():
+                return
+            topic = self.manager.topic_settings(status.topic)
+            if not topic.compact or not self.manager.begin_maintenance(status.directory):
+                continue
+            try:
+                with PartitionLog.open(status.directory, mode="cleaner", lock_timeout_s=_LOCK_WAIT_S) as plog:
+                    result = apply_retention(plog, topic, now)
+                if result is not None:
+                    self.metrics.record_retention(result.segments_deleted, result.bytes_deleted)
+            except LockTimeoutError:
+                pass  # another process is cleaning it; next time
+            except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
+                log.exception("retention failed dir=%s", status.directory)
+                self.manager.mark_uncleanable(status.directory, f"retention: {type(exc).__name__}: {exc}")
+            finally:
+                self.manager.end_maintenance(status.directory)
 
     def _clean(self, index: int, candidate: Candidate, offset_map: OffsetMap) -> None:
         directory = candidate.directory

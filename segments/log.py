@@ -689,6 +689,41 @@ class PartitionLog:
                 self._bases = [s.base_offset for s in keep]
                 self._listed_mtime_ns = os.stat(self.directory).st_mtime_ns
 
+    def delete_oldest_segments(self, count: int, *, reason: str) -> int:
+        """Delete the `count` oldest segments (never the active one) and advance the log start offset.
+
+        Cleaner mode only. Order, for crash safety: the files are renamed to `.deleted` and the directory
+        fsynced, then `log-start-offset-checkpoint` records the new start (the next segment's base), then
+        the files are removed. A crash before the checkpoint leaves `.deleted` files that recovery removes,
+        and the log starts at its first remaining segment: the same log start either way. Returns the new
+        log start offset.
+        """
+        if self.mode != "cleaner":
+            raise LogStateError(f"{self.directory}: only the cleaner deletes segments")
+        with self._mutex:
+            self._check_open()
+            with PartitionLock(self.directory, SWAP_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT):
+                self._list_segments()
+                if not 0 < count < len(self._segments):
+                    raise LogStateError(f"{self.directory}: cannot delete {count} of {len(self._segments)} segments")
+                doomed = self._segments[:count]
+                new_start = max(self._segments[count].base_offset, self._log_start_offset)
+                for segment in doomed:
+                    segment.change_suffix(fmt.DELETED_SUFFIX)
+                self.file_ops.fsync_dir(self.directory)
+                self.write_log_dir_checkpoint(LOG_START_OFFSET_CHECKPOINT, new_start)
+                for segment in doomed:
+                    segment.delete_files()
+                    self.file_ops.remove(self.directory / fmt.offset_file_name(segment.base_offset, fmt.SNAPSHOT_SUFFIX))
+                    self._inodes.pop(segment.base_offset, None)
+                self._segments = self._segments[count:]
+                self._bases = [s.base_offset for s in self._segments]
+                self._log_start_offset = new_start
+                self._listed_mtime_ns = os.stat(self.directory).st_mtime_ns
+            log.info("deleted segments dir=%s count=%d new_log_start=%d reason=%s",
+                     self.directory, count, new_start, reason)
+            return new_start
+
     # ---- closing ---------------------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -1,0 +1,78 @@
+"""Retention of whole segments: the `delete` half of a `compact,delete` topic, and segments below log start.
+
+Owns Kafka's `deleteOldSegments` rules as the cleaner threads apply them to compacted logs:
+* segments entirely below the log start offset go for every compacted log (KAFKA-7400);
+* with `delete` in `cleanup.policy`: from the oldest segment on, a segment whose largest timestamp is older
+  than `retention.ms` goes (its time index's max timestamp, else its file mtime, as Kafka), and while the
+  log is larger than `retention.bytes` the oldest segments go;
+* never the active segment, and never a segment holding offsets at or past the high watermark
+  (`replication-offset-checkpoint`, when present).
+Deletion itself (the `.deleted` protocol and the log start checkpoint) is `PartitionLog`'s.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from segments.checkpoint import REPLICATION_OFFSET_CHECKPOINT
+from segments.log import PartitionLog
+
+from .settings import TopicSettings
+
+__all__ = ["RetentionResult", "apply_retention", "segments_to_delete"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionResult:
+    segments_deleted: int
+    bytes_deleted: int
+    log_start_offset: int
+    reason: str
+
+
+def _largest_timestamp(segment) -> int:
+    ts = segment.max_timestamp
+    return ts if ts >= 0 else os.stat(segment.paths.log).st_mtime_ns // 1_000_000
+
+
+def segments_to_delete(log: PartitionLog, topic: TopicSettings, now_ms: int) -> tuple[int, str]:
+    """How many of the oldest segments retention removes now, and why (0, "" if none)."""
+    segments = log.segments
+    if len(segments) < 2:
+        return 0, ""
+    high_watermark = log.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT)
+    log_start = log.log_start_offset
+    candidates = segments[:-1]  # never the active segment
+
+    def below_hw(i: int) -> bool:
+        upper = segments[i + 1].base_offset  # the segment's offsets end below the next base
+        return high_watermark is None or upper <= high_watermark
+
+    count, reason = 0, ""
+    while count < len(candidates) and segments[count + 1].base_offset <= log_start and below_hw(count):
+        count, reason = count + 1, "log start offset"
+    if "delete" in topic.cleanup_policy:
+        if topic.retention_ms >= 0:
+            while (
+                count < len(candidates)
+                and now_ms - _largest_timestamp(candidates[count]) > topic.retention_ms
+                and below_hw(count)
+            ):
+                count, reason = count + 1, "retention.ms"
+        if topic.retention_bytes >= 0:
+            excess = sum(s.size_bytes for s in segments[count:]) - topic.retention_bytes
+            while count < len(candidates) and excess - candidates[count].size_bytes >= 0 and below_hw(count):
+                excess -= candidates[count].size_bytes
+                count, reason = count + 1, "retention.bytes"
+    return count, reason
+
+
+def apply_retention(log: PartitionLog, topic: TopicSettings, now_ms: int) -> RetentionResult | None:
+    """Delete what `segments_to_delete` names (cleaner-mode log); None when nothing is due."""
+    count, reason = segments_to_delete(log, topic, now_ms)
+    if not count:
+        return None
+    size = sum(s.size_bytes for s in log.segments[:count])
+    start = log.delete_oldest_segments(count, reason=reason)
+    return RetentionResult(count, size, start, reason)
