@@ -80,3 +80,131 @@ def copy_records(src, record_pos, record_size, out):
         out[o : o + n] = src[record_pos[i] : record_pos[i] + n]
         o += n
     return o
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put_be(out, pos, value, width):
+    for k in range(width - 1, -1, -1):
+        out[pos + k] = np.uint8(value & 0xFF)
+        value >>= 8
+
+
+ACTION_DROP = 0
+ACTION_VERBATIM = 1
+ACTION_REBUILD = 2
+ACTION_EMPTY = 3
+
+
+@numba.njit(cache=True, nogil=True)
+def _write_header(out, hp, base_offset, length, ple, attributes, last_delta, base_ts, max_ts, pid, epoch, seq, count):
+    _put_be(out, hp, base_offset, 8)
+    _put_be(out, hp + 8, length, 4)
+    _put_be(out, hp + 12, ple, 4)
+    out[hp + 16] = 2
+    _put_be(out, hp + 17, 0, 4)  # CRC, filled in by the caller
+    _put_be(out, hp + 21, attributes, 2)
+    _put_be(out, hp + 23, last_delta, 4)
+    _put_be(out, hp + 27, base_ts, 8)
+    _put_be(out, hp + 35, max_ts, 8)
+    _put_be(out, hp + 43, pid, 8)
+    _put_be(out, hp + 51, epoch, 2)
+    _put_be(out, hp + 53, seq, 4)
+    _put_be(out, hp + 57, count, 4)
+
+
+@numba.njit(cache=True, nogil=True)
+def assemble_batches(
+    src, arena, start, action, batch_pos, batch_size, magic, attributes, base_offset, last_offset, base_ts,
+    max_ts, horizon, pid, epoch, seq, ple, in_arena, record_start, needs_horizon, new_horizon,
+    keep, record_pos, record_size, timestamp, out, out_pos, out_batch_pos, out_batch_last, out_batch_max_ts,
+    out_needs_crc, n_out,
+):
+    """Write the output of batches `start..` of a window into `out` from `out_pos`, by action.
+
+    Verbatim batches are copied; empty ones become the 61-byte header; uncompressed v2 rebuilds get a new
+    header (CRC left 0 and flagged in `out_needs_crc`) and their kept records (raw, or with re-based
+    timestamp deltas when the base timestamp changes). Stops at the first batch it cannot build itself
+    (a compressed or legacy rebuild) and returns (that batch's index or len(action), out_pos, n_out).
+    `out` must hold the worst case: the window's bytes + 61 per batch + 10 per record.
+    """
+    n = len(action)
+    for i in range(start, n):
+        a = action[i]
+        if a == ACTION_DROP:
+            continue
+        if a == ACTION_VERBATIM:
+            p = batch_pos[i]
+            size = batch_size[i]
+            out[out_pos : out_pos + size] = src[p : p + size]
+            out_batch_pos[n_out] = out_pos
+            out_batch_last[n_out] = last_offset[i]
+            out_batch_max_ts[n_out] = max_ts[i]
+            out_needs_crc[n_out] = False
+            n_out += 1
+            out_pos += size
+            continue
+        if a == ACTION_EMPTY:
+            attrs = attributes[i] & ~(0x07 | 0x40)
+            _write_header(out, out_pos, base_offset[i], 49, ple[i], attrs, last_offset[i] - base_offset[i], -1,
+                          max_ts[i], pid[i], epoch[i], seq[i], 0)
+            out_batch_pos[n_out] = out_pos
+            out_batch_last[n_out] = last_offset[i]
+            out_batch_max_ts[n_out] = max_ts[i]
+            out_needs_crc[n_out] = True
+            n_out += 1
+            out_pos += 61
+            continue
+        if magic[i] != 2 or (attributes[i] & 0x07) != 0:
+            return i, out_pos, n_out
+        attrs = attributes[i]
+        log_append_time = (attrs & 0x08) != 0
+        first = -1
+        count = 0
+        largest = np.int64(-(2**63))
+        for r in range(record_start[i], record_start[i + 1]):
+            if keep[r]:
+                if first < 0:
+                    first = r
+                count += 1
+                if timestamp[r] > largest:
+                    largest = timestamp[r]
+        if horizon[i] >= 0:
+            base = horizon[i]
+        elif needs_horizon[i]:
+            base = new_horizon
+            attrs |= 0x40
+        else:
+            base = timestamp[first]
+        new_max = max_ts[i] if log_append_time else largest
+        hp = out_pos
+        o = hp + 61
+        buf = arena if in_arena[i] else src
+        raw = (not log_append_time) and base == base_ts[i]
+        for r in range(record_start[i], record_start[i + 1]):
+            if not keep[r]:
+                continue
+            p = record_pos[r]
+            end = p + record_size[r]
+            if raw:
+                out[o : o + record_size[r]] = buf[p:end]
+                o += record_size[r]
+                continue
+            _, body = _read_varint(buf, p)
+            attributes_byte = buf[body]
+            _, after_ts = _read_varint(buf, body + 1)
+            rest = end - after_ts
+            delta = timestamp[r] - base
+            o = _write_varint(out, o, 1 + _varint_size(delta) + rest)
+            out[o] = attributes_byte
+            o = _write_varint(out, o + 1, delta)
+            out[o : o + rest] = buf[after_ts:end]
+            o += rest
+        _write_header(out, hp, base_offset[i], o - hp - 12, ple[i], attrs, last_offset[i] - base_offset[i], base,
+                      new_max, pid[i], epoch[i], seq[i], count)
+        out_batch_pos[n_out] = hp
+        out_batch_last[n_out] = last_offset[i]
+        out_batch_max_ts[n_out] = new_max
+        out_needs_crc[n_out] = True
+        n_out += 1
+        out_pos = o
+    return n, out_pos, n_out

@@ -42,12 +42,12 @@ from offsetmap import OffsetMap, hash_key_spans
 from segments import format as fmt
 from segments.legacy import encode_legacy_wrapper
 from segments.log import PartitionLog
-from segments.records import Record, encode_batch_from_region
+from segments.records import Record, batch_crc, encode_batch_from_region
 from segments.scan import ScanBuffers
 from segments.segment import LogSegment
 from segments.txnindex import AbortedTxn
 
-from ._kernels import copy_records, rebase_records
+from ._kernels import assemble_batches, copy_records, rebase_records
 from .survey import LogSurvey
 
 __all__ = ["RecopyContext", "RecopyStats", "clean_group", "group_segments"]
@@ -155,22 +155,29 @@ def group_segments(
     return groups
 
 
-@dataclass(slots=True)
-class _Output:
-    """Output batches of one window: byte pieces and, per batch, relative position, last offset, max ts."""
+class _OutputBuffer:
+    """A reusable output area for one window's batches, grown when a window needs more."""
 
-    pieces: list = field(default_factory=list)
-    positions: list[int] = field(default_factory=list)
-    last_offsets: list[int] = field(default_factory=list)
-    max_timestamps: list[int] = field(default_factory=list)
-    size: int = 0
+    def __init__(self) -> None:
+        self.data = np.empty(0, dtype=np.uint8)
+        self.positions = np.empty(0, dtype=np.int64)
+        self.last_offsets = np.empty(0, dtype=np.int64)
+        self.max_timestamps = np.empty(0, dtype=np.int64)
+        self.needs_crc = np.empty(0, dtype=np.bool_)
 
-    def add(self, data, last_offset: int, max_timestamp: int) -> None:
-        self.positions.append(self.size)
-        self.last_offsets.append(last_offset)
-        self.max_timestamps.append(max_timestamp)
-        self.pieces.append(data)
-        self.size += len(data)
+    def reserve(self, data_bytes: int, batches: int) -> None:
+        """Room for `data_bytes` and `batches`, keeping what is already written."""
+        if len(self.data) < data_bytes:
+            grown = np.empty(max(data_bytes, 2 * len(self.data)), dtype=np.uint8)
+            grown[: len(self.data)] = self.data
+            self.data = grown
+        if len(self.positions) < batches:
+            size = max(batches, 2 * len(self.positions))
+            for name in ("positions", "last_offsets", "max_timestamps", "needs_crc"):
+                old = getattr(self, name)
+                grown = np.empty(size, dtype=old.dtype)
+                grown[: len(old)] = old
+                setattr(self, name, grown)
 
 
 def _producer_last_batches(result, ctx: RecopyContext) -> np.ndarray:
@@ -251,24 +258,6 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
     return action, keep, needs_horizon, invalid
 
 
-def _empty_batch(result, i: int) -> bytes:
-    """The 61-byte header Kafka keeps for a batch that must stay but has no records left."""
-    attributes = int(result.attributes[i]) & ~(fmt.COMPRESSION_MASK | fmt.DELETE_HORIZON_FLAG)
-    return encode_batch_from_region(
-        b"",
-        records_count=0,
-        base_offset=int(result.base_offset[i]),
-        last_offset_delta=int(result.last_offset[i] - result.base_offset[i]),
-        base_timestamp=fmt.NO_TIMESTAMP,
-        max_timestamp=int(result.max_timestamp[i]),
-        attributes=attributes,
-        partition_leader_epoch=int(result.partition_leader_epoch[i]),
-        producer_id=int(result.producer_id[i]),
-        producer_epoch=int(result.producer_epoch[i]),
-        base_sequence=int(result.base_sequence[i]),
-    )
-
-
 def _rebuild_v2(result, i: int, records: np.ndarray, stamp_horizon: bool, ctx: RecopyContext) -> tuple[bytes, int]:
     """A rebuilt v2 batch holding `records` (indices into the scan's record arrays); returns (bytes, max ts)."""
     attributes = int(result.attributes[i])
@@ -325,33 +314,54 @@ def _rebuild_legacy(result, i: int, records: np.ndarray) -> tuple[bytes, int, in
     return data, inner[-1].offset, max_ts
 
 
-def _window_output(result, window: bytes, ctx: RecopyContext, action, keep, needs_horizon, stats: RecopyStats) -> _Output:
-    out = _Output()
-    view = memoryview(window)
-    base = result.base_position
-    record_start = result.record_start
-    for i, a in enumerate(action.tolist()):
-        if a == ACTION_VERBATIM:
-            p = int(result.batch_position[i]) - base
-            out.add(view[p : p + int(result.batch_size[i])], int(result.last_offset[i]), int(result.max_timestamp[i]))
-            stats.batches_copied_verbatim += 1
-            continue
-        if a == ACTION_DROP:
-            continue
-        if a == ACTION_EMPTY:
-            out.add(_empty_batch(result, i), int(result.last_offset[i]), int(result.max_timestamp[i]))
-            stats.batches_emptied += 1
-            continue
-        records = np.arange(record_start[i], record_start[i + 1])[keep[record_start[i] : record_start[i + 1]]]
+def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stats: RecopyStats, out: _OutputBuffer):
+    """Write the window's output batches into `out`; returns (bytes written, batches written).
+
+    The compiled `assemble_batches` does verbatim copies, empty headers and uncompressed v2 rebuilds; it
+    hands back the batches it cannot build (compressed v2, legacy), which are built here one by one.
+    """
+    n = result.n_batches
+    worst = len(result.buffer) + fmt.RECORD_BATCH_OVERHEAD * n + 10 * result.n_records
+    out.reserve(worst, n)
+    batch_local = result.batch_position - result.base_position
+    keep_u8 = keep.view(np.uint8) if keep.dtype == np.bool_ else keep
+    i, pos, count = 0, 0, 0
+    while True:
+        i, pos, count = assemble_batches(
+            result.buffer, result.arena, i, action, batch_local, result.batch_size, result.magic,
+            result.attributes.astype(np.int64), result.base_offset, result.last_offset, result.base_timestamp,
+            result.max_timestamp, result.delete_horizon_ms, result.producer_id, result.producer_epoch.astype(np.int64),
+            result.base_sequence.astype(np.int64), result.partition_leader_epoch.astype(np.int64),
+            result.records_in_arena, result.record_start, needs_horizon, ctx.now_ms + ctx.delete_retention_ms,
+            keep_u8, result.record_pos, result.record_size, result.timestamp, out.data, pos, out.positions,
+            out.last_offsets, out.max_timestamps, out.needs_crc, count,
+        )
+        if i >= n:
+            break
+        records = np.arange(result.record_start[i], result.record_start[i + 1])
+        records = records[keep[records]]
         if result.magic[i] == fmt.MAGIC_V2:
             data, max_ts = _rebuild_v2(result, i, records, bool(needs_horizon[i]), ctx)
-            out.add(data, int(result.last_offset[i]), max_ts)
-            stats.tombstones_stamped_batches += int(needs_horizon[i])
+            last = int(result.last_offset[i])
         else:
             data, last, max_ts = _rebuild_legacy(result, i, records)
-            out.add(data, last, max_ts)
-        stats.batches_rebuilt += 1
-    return out
+        out.reserve(pos + len(data) + (worst - pos), n)
+        out.data[pos : pos + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        out.positions[count], out.last_offsets[count], out.max_timestamps[count] = pos, last, max_ts
+        out.needs_crc[count] = False
+        count += 1
+        pos += len(data)
+        i += 1
+    view = memoryview(out.data)
+    for j in np.nonzero(out.needs_crc[:count])[0].tolist():
+        p = int(out.positions[j])
+        size = int.from_bytes(view[p + 8 : p + 12], "big") + fmt.LOG_OVERHEAD
+        view[p + fmt.CRC_OFFSET : p + fmt.CRC_OFFSET + 4] = batch_crc(view, p, size).to_bytes(4, "big")
+    stats.batches_copied_verbatim += int(np.count_nonzero(action == ACTION_VERBATIM))
+    stats.batches_rebuilt += int(np.count_nonzero(action == ACTION_REBUILD))
+    stats.batches_emptied += int(np.count_nonzero(action == ACTION_EMPTY))
+    stats.tombstones_stamped_batches += int(np.count_nonzero(needs_horizon & (action == ACTION_REBUILD)))
+    return pos, count
 
 
 def clean_group(
@@ -380,6 +390,7 @@ def clean_group(
         last_nonempty = nonempty[-1] if nonempty else -1
         kept_markers: list[int] = []
         buffers = ScanBuffers()
+        output = _OutputBuffer()
         for k, seg in enumerate(group):
             retain_legacy_tombstones = seg.last_modified_ns() // 1_000_000 > ctx.legacy_delete_horizon_ms
             size = seg.size_bytes
@@ -396,17 +407,17 @@ def clean_group(
                 _note_horizons(stats, result, action, needs_horizon, ctx)
                 stats.invalid_records += invalid
                 stats.records_written += int(np.count_nonzero(keep))
-                out = _window_output(result, window, ctx, action, keep, needs_horizon, stats)
-                stats.batches_written += len(out.positions)
+                written, batches = _window_output(result, ctx, action, keep, needs_horizon, stats, output)
+                stats.batches_written += batches
                 kept_control = np.nonzero(result.is_control & (action != ACTION_DROP))[0]
                 kept_markers.extend(int(result.base_offset[j]) for j in kept_control.tolist())
-                if out.pieces:
-                    stats.bytes_written += out.size
-                    on_bytes(out.size, "write")
+                if batches:
+                    stats.bytes_written += written
+                    on_bytes(written, "write")
                     if cleaned is not None:
                         cleaned.append_batches(
-                            b"".join(out.pieces), np.array(out.positions), np.array(out.last_offsets),
-                            np.array(out.max_timestamps),
+                            memoryview(output.data)[:written], output.positions[:batches],
+                            output.last_offsets[:batches], output.max_timestamps[:batches],
                         )
         if cleaned is not None:
             _write_txn_index(cleaned, group, kept_markers, original_txns, ctx.survey)
