@@ -76,11 +76,12 @@ def build_offset_map(
     records_indexed = records_read = bytes_read = 0
     map_full = False
     buffers = ScanBuffers()
+    read_buffer = np.empty(WINDOW_BYTES, dtype=np.uint8)
     segments = [s for s in log.segments if s.base_offset < first_uncleanable and s.read_next_offset() > first_dirty]
     for k, segment in enumerate(segments):
         found = segment.translate_offset(first_dirty) if segment.base_offset <= first_dirty else None
         for _, result in segment.scan_windows(
-            found[0] if found is not None else 0, window_bytes=WINDOW_BYTES, buffers=buffers
+            found[0] if found is not None else 0, window_bytes=WINDOW_BYTES, buffers=buffers, read_buffer=read_buffer
         ):
             check_abort()
             pos = result.start_position

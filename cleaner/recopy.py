@@ -390,11 +390,12 @@ def clean_group(
         last_nonempty = nonempty[-1] if nonempty else -1
         kept_markers: list[int] = []
         buffers = ScanBuffers()
+        read_buffer = np.empty(WINDOW_BYTES, dtype=np.uint8)
         output = _OutputBuffer()
         for k, seg in enumerate(group):
             retain_legacy_tombstones = seg.last_modified_ns() // 1_000_000 > ctx.legacy_delete_horizon_ms
             size = seg.size_bytes
-            for window, result in seg.scan_windows(window_bytes=WINDOW_BYTES, buffers=buffers):
+            for _, result in seg.scan_windows(window_bytes=WINDOW_BYTES, buffers=buffers, read_buffer=read_buffer):
                 check_abort()
                 pos = result.start_position
                 read = result.end_position - pos

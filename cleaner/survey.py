@@ -152,6 +152,7 @@ def survey_log(log: PartitionLog) -> LogSurvey:
     transactions: list[Transaction] = []
     surveys: list[SegmentSurvey] = []
     bytes_read = 0
+    read_buffer = np.empty(_WINDOW_BYTES, dtype=np.uint8)
     for i, segment in enumerate(segments):
         active = i == len(segments) - 1
         largest_ts = -1
@@ -159,7 +160,8 @@ def survey_log(log: PartitionLog) -> LogSurvey:
         next_offset = segment.base_offset
         size = segment.size_bytes
         for window, result in segment.scan_windows(
-            window_bytes=_WINDOW_BYTES, verify_crc=not active, headers_only=True, stop_at_invalid=active
+            window_bytes=_WINDOW_BYTES, verify_crc=not active, headers_only=True, stop_at_invalid=active,
+            read_buffer=read_buffer,
         ):
             bytes_read += result.end_position - result.start_position
             if first_ts == -1 and result.start_position == 0:

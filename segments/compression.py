@@ -30,6 +30,7 @@ DECOMPRESSED_BYTES_MAX_DEFAULT = 256 * 1024 * 1024
 
 _GZIP_LEVEL = 6  # java.util.zip.GZIPOutputStream's default, as Kafka's
 _ZSTD_LEVEL = 3  # Kafka's default zstd level
+_LZ4_STEP_BYTES_MIN = 64 * 1024  # first output allocation of an lz4 decode; grows by steps
 _ZSTD_INPUT_CHUNK_BYTES = 128 * 1024  # bounds the output held between limit checks
 _LZ4_BLOCK_SIZES = {4: 64 * 1024, 5: 256 * 1024, 6: 1024 * 1024, 7: 4 * 1024 * 1024}
 _LZ4_UINT32 = struct.Struct("<I")
@@ -148,11 +149,23 @@ def _lz4_decompress(data: bytes, magic: int, limit: int) -> bytes:
         return _lz4_frame_decompress_lenient(data, limit)
     if not data.startswith(fmt.LZ4_FRAME_MAGIC):
         raise CorruptRecordError("lz4 stream does not start with the frame magic", position=0)
+    # Bounded steps: python-lz4 allocates `max_length` up front, so asking for the whole limit at once
+    # would cost a huge allocation per batch.
     decoder = lz4.frame.LZ4FrameDecompressor()
-    out = decoder.decompress(data, max_length=limit + 1)
-    if not decoder.eof and len(out) <= limit:
+    step = max(_LZ4_STEP_BYTES_MIN, 8 * len(data))
+    parts = [decoder.decompress(data, max_length=min(step, limit + 1))]
+    total = len(parts[0])
+    while not decoder.eof and total <= limit and not decoder.needs_input:
+        chunk = decoder.decompress(b"", max_length=min(step, limit + 1 - total))
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
+    if total > limit:
+        raise CorruptRecordError(f"decompressed size exceeds the limit of {limit} bytes", position=0)
+    if not decoder.eof:
         raise CorruptRecordError("lz4 frame ends early", position=0)
-    return out
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _lz4_frame_decompress_lenient(data: bytes, limit: int) -> bytes:

@@ -218,6 +218,17 @@ class LogSegment:
         """Up to `size` bytes of the `.log` at `position` (fewer at the end of the file)."""
         return os.pread(self._fd, size, position)
 
+    def _read_into(self, buffer: np.ndarray, position: int, size: int) -> memoryview:
+        """Read `size` bytes at `position` into `buffer` (no new allocation); the bytes read as a view."""
+        view = memoryview(buffer)[:size]
+        done = 0
+        while done < size:
+            n = os.preadv(self._fd, [view[done:]], position + done)
+            if n == 0:
+                break
+            done += n
+        return view[:done]
+
     def header_at(self, position: int) -> BatchHeader | None:
         """The header of the batch at `position`, or None if no whole batch starts there (end or torn tail)."""
         if position + fmt.HEADER_SIZE_UP_TO_MAGIC >= self.size_bytes:
@@ -296,11 +307,14 @@ class LogSegment:
         verify_crc: bool = True,
         headers_only: bool = False,
         buffers=None,
+        read_buffer: np.ndarray | None = None,
         stop_at_invalid: bool = False,
-    ) -> Iterator[tuple[bytes, "ScanResult"]]:
+    ) -> Iterator[tuple[memoryview, "ScanResult"]]:
         """(window, scan result) over the whole batches from `start_position` (a batch start) to the end.
 
-        Windows are `window_bytes` long (one larger batch gets a window of its own). Raises
+        Windows are `window_bytes` long (one larger batch gets a window of its own) and are read into one
+        buffer reused from window to window (`read_buffer` if given and large enough): a window and its
+        result are valid until the next one is yielded. Raises
         `CorruptRecordError` with this file and position for an invalid batch, or an incomplete one at the
         end; with `stop_at_invalid` (the active segment, which its writer may be appending to) the walk ends
         quietly there instead.
@@ -309,8 +323,10 @@ class LogSegment:
 
         pos = start_position
         size = self.size_bytes
+        if read_buffer is None or len(read_buffer) < min(window_bytes, size - pos):
+            read_buffer = np.empty(min(window_bytes, max(size - pos, 0)), dtype=np.uint8)
         while pos < size:
-            window = self.pread(pos, min(window_bytes, size - pos))
+            window = self._read_into(read_buffer, pos, min(window_bytes, size - pos))
             try:
                 result = scan(window, base_position=pos, verify_crc=verify_crc, headers_only=headers_only, buffers=buffers)
                 if result.n_batches == 0 and result.torn_tail and 0 < result.torn_batch_bytes <= size - pos:
