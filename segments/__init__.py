@@ -16,7 +16,10 @@ from .errors import (
     TruncatedBatchError,
     UnsupportedFormatError,
 )
+from .batches import iter_batch_headers, iter_batches
 from .fileio import DEFAULT_FILE_OPS, FileOps
+from .legacy import decode_legacy_entry, decode_legacy_header
+from .log import LogConfig, PartitionLog, parse_partition_dir_name
 from .records import (
     BatchHeader,
     Header,
@@ -41,6 +44,8 @@ __all__ = [
     "DEFAULT_FILE_OPS",
     "FileOps",
     "Header",
+    "LogConfig",
+    "PartitionLog",
     "LockTimeoutError",
     "LogStateError",
     "OffsetOutOfRangeError",
@@ -54,10 +59,15 @@ __all__ = [
     "decode_batch_header",
     "decode_control_key",
     "decode_end_txn_marker",
+    "decode_legacy_entry",
+    "decode_legacy_header",
     "decompress",
     "encode_batch",
     "encode_batch_from_region",
     "encode_control_batch",
     "encode_record",
     "format",
+    "iter_batch_headers",
+    "iter_batches",
+    "parse_partition_dir_name",
 ]
