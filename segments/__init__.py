@@ -69,5 +69,6 @@ __all__ = [
     "format",
     "iter_batch_headers",
     "iter_batches",
+    "make_attributes",
     "parse_partition_dir_name",
 ]
