@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
 
 from cleaner.recopy import group_segments
 from segments import format as fmt

@@ -6,7 +6,6 @@ Producers here expire quickly (`producer_expiration_ms`), so that "the producer'
 
 from __future__ import annotations
 
-import pytest
 
 from segments import format as fmt
 from segments.log import PartitionLog

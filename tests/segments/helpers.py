@@ -46,7 +46,7 @@ def copy_fixture(name: str, tmp_path: Path) -> Path:
     src = FIXTURES / name
     dst = tmp_path / "logs" / Path(name).name
     shutil.copytree(src, dst)
-    for root, dirs, files in os.walk(dst):
+    for root, _dirs, files in os.walk(dst):
         for f in files:
             os.chmod(os.path.join(root, f), 0o644)
         os.chmod(root, 0o755)

@@ -1,0 +1,294 @@
+"""Settings (`cleaner.settings`) and config files (`cleaner.config_file`): validation messages that name the
+key, the value and the allowed range; per-topic resolution; the TOML file; Kafka's `server.properties`."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cleaner.config_file import ConfigFileError, load_config, read_server_properties
+from cleaner.settings import BROKER_SETTINGS, TOPIC_SETTINGS, SettingError, Settings, parse_size
+
+LONG_MAX = 2**63 - 1
+
+
+def settings(values=None, topics=None) -> Settings:
+    return Settings.from_mappings(values, topics)
+
+
+# ---- one value: type and range --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("log.cleaner.threads", 0, "setting 'log.cleaner.threads' = 0: must be in [1, 64]"),
+    ("log.cleaner.threads", 65, "setting 'log.cleaner.threads' = 65: must be in [1, 64]"),
+    ("min.cleanable.dirty.ratio", 1.5, "setting 'min.cleanable.dirty.ratio' = 1.5: must be in [0.0, 1.0]"),
+    ("log.cleaner.min.cleanable.ratio", -0.1,
+     "setting 'log.cleaner.min.cleanable.ratio' = -0.1: must be in [0.0, 1.0]"),
+    ("max.compaction.lag.ms", 0, "setting 'max.compaction.lag.ms' = 0: must be in [1, Long.MAX_VALUE]"),
+    ("log.cleaner.io.buffer.size", 10, "setting 'log.cleaner.io.buffer.size' = 10: must be in [1024, Int.MAX_VALUE]"),
+    ("log.cleaner.io.max.bytes.per.second", 0,
+     "setting 'log.cleaner.io.max.bytes.per.second' = 0: must be in [1.0, unbounded]"),
+    ("segment.bytes", "13", "setting 'segment.bytes' = '13': must be in [14, Int.MAX_VALUE]"),
+])
+def test_an_out_of_range_value_names_the_key_the_value_and_the_range(key, value, message):
+    with pytest.raises(SettingError) as info:
+        settings({key: value})
+    assert str(info.value) == message
+    assert (info.value.key, info.value.value) == (key, value)
+
+
+@pytest.mark.parametrize("key, value, kind", [
+    ("log.cleaner.threads", "two", "int"),
+    ("log.cleaner.threads", True, "int"),  # TOML `true` is not a thread count
+    ("log.cleaner.threads", 1.5, "int"),
+    ("min.cleanable.dirty.ratio", "half", "float"),
+    ("min.cleanable.dirty.ratio", math.nan, "float"),
+    ("log.cleaner.enable", "yes", "bool"),
+])
+def test_a_value_of_the_wrong_type_names_the_key_the_value_and_the_type(key, value, kind):
+    with pytest.raises(SettingError, match=rf"setting '{key}' = .*: not a valid {kind}"):
+        settings({key: value})
+
+
+def test_values_given_as_text_are_parsed_like_kafka_does():
+    s = settings({
+        "log.cleaner.threads": "4",
+        "log.cleaner.dedupe.buffer.size": "64MiB",
+        "log.cleaner.enable": "FALSE",
+        "log.cleaner.io.max.bytes.per.second": "1048576.5",
+        "log.dirs": "/a, /b,,",
+        "log.cleaner.max.compaction.lag.ms": "9223372036854775807",
+    })
+    assert s.broker["log.cleaner.threads"] == 4
+    assert s.broker["log.cleaner.dedupe.buffer.size"] == 64 * 1024 * 1024
+    assert s.broker["log.cleaner.enable"] is False
+    assert s.broker["log.cleaner.io.max.bytes.per.second"] == 1048576.5
+    assert s.broker["log.dirs"] == ("/a", "/b")
+    assert s.broker["log.cleaner.max.compaction.lag.ms"] == LONG_MAX
+
+
+LONG_MAX_VALUE_BUG = pytest.mark.xfail(strict=True, reason=(
+    "BUG: cleaner/settings.py parse_size strips '_' from the text (`.replace('_', '')`) before comparing it "
+    "with 'Long.MAX_VALUE', so the spelling its docstring documents becomes 'Long.MAXVALUE' and raises "
+    "ValueError: `--set max.compaction.lag.ms=Long.MAX_VALUE` (or the same in a config) is rejected as 'not a "
+    "valid int'. Should: compare before removing digit separators."))
+
+
+@pytest.mark.parametrize("text, value", [
+    ("128MiB", 128 * 1024**2), ("64k", 64 * 1024), ("1g", 1024**3), ("2 KB", 2048), ("1_000", 1000),
+    ("-1", -1), ("9223372036854775807", LONG_MAX),
+    pytest.param("Long.MAX_VALUE", LONG_MAX, marks=LONG_MAX_VALUE_BUG),
+])
+def test_parse_size_reads_integers_with_binary_units(text, value):
+    assert parse_size(text) == value
+
+
+def test_parse_size_rejects_an_unknown_unit():
+    with pytest.raises(ValueError):
+        parse_size("12QB")
+
+
+def test_cleanup_policy_takes_a_list_of_known_policies_only():
+    assert settings({"cleanup.policy": "compact, delete"}).topic("t").cleanup_policy == ("compact", "delete")
+    assert settings({"cleanup.policy": ["compact"]}).topic("t").compact
+    with pytest.raises(SettingError, match=r"'cleanup.policy' = 'compact,bogus': allowed values are delete, compact"):
+        settings({"cleanup.policy": "compact,bogus"})
+    with pytest.raises(SettingError, match="allowed values"):
+        settings({"cleanup.policy": ""})
+
+
+def test_an_unknown_setting_is_rejected_by_name():
+    with pytest.raises(SettingError, match=r"setting 'log.cleaner.thread' = 2: unknown setting"):
+        settings({"log.cleaner.thread": 2})
+    with pytest.raises(SettingError, match=r"'log.cleaner.threads' = 2: unknown topic setting in \[topics.orders\]"):
+        settings(topics={"orders": {"log.cleaner.threads": 2}})
+
+
+# ---- relations between settings ---------------------------------------------------------------------------------
+
+
+def test_min_compaction_lag_above_max_compaction_lag_is_rejected_globally_and_per_topic():
+    with pytest.raises(SettingError, match=r"'min.compaction.lag.ms' = 5000: must not exceed max.compaction.lag.ms \(1000\)"):
+        settings({"min.compaction.lag.ms": 5000, "max.compaction.lag.ms": 1000})
+    with pytest.raises(SettingError, match=r"must not exceed max.compaction.lag.ms \(1000\)"):
+        settings({"min.compaction.lag.ms": 5000}, {"orders": {"max.compaction.lag.ms": 1000}})
+    settings({"min.compaction.lag.ms": 1000, "max.compaction.lag.ms": 1000})  # equal is allowed
+
+
+def test_the_dedupe_buffer_must_give_each_thread_two_map_slots():
+    with pytest.raises(SettingError, match=r"'log.cleaner.dedupe.buffer.size' = 95: must give each of the 2 cleaner"):
+        settings({"log.cleaner.dedupe.buffer.size": 95, "log.cleaner.threads": 2})
+    settings({"log.cleaner.dedupe.buffer.size": 96, "log.cleaner.threads": 2})
+
+
+# ---- resolving a topic's settings ---------------------------------------------------------------------------------
+
+
+def test_a_topic_setting_comes_from_its_override_then_the_flat_default_then_the_broker_synonym_then_kafka():
+    s = settings(
+        {"log.cleaner.delete.retention.ms": 1000, "min.cleanable.dirty.ratio": 0.2, "log.cleaner.min.cleanable.ratio": 0.3},
+        {"orders": {"min.cleanable.dirty.ratio": 0.9, "segment.bytes": "1MiB"}},
+    )
+    orders, other = s.topic("orders"), s.topic("other")
+    assert orders.min_cleanable_dirty_ratio == 0.9  # the topic's own override
+    assert other.min_cleanable_dirty_ratio == 0.2  # the flat topic-name default beats the broker synonym
+    assert orders.delete_retention_ms == other.delete_retention_ms == 1000  # the broker synonym
+    assert orders.segment_bytes == 1024 * 1024 and other.segment_bytes == 1024**3  # Kafka's default
+    assert other.max_compaction_lag_ms == LONG_MAX and other.min_compaction_lag_ms == 0
+    assert other.cleanup_policy == ("delete",) and not other.compact
+
+
+def test_with_overrides_applies_values_on_top_and_validates_them_again():
+    base = settings({"log.cleaner.threads": 2}, {"orders": {"min.cleanable.dirty.ratio": 0.9}})
+    more = base.with_overrides({"delete.retention.ms": "0"})
+    assert more.topic("x").delete_retention_ms == 0
+    assert more.broker["log.cleaner.threads"] == 2
+    assert more.topic("orders").min_cleanable_dirty_ratio == 0.9
+    with pytest.raises(SettingError, match="log.cleaner.threads"):
+        base.with_overrides({"log.cleaner.threads": "0"})
+
+
+def test_every_setting_default_is_within_its_own_range():
+    for setting in BROKER_SETTINGS.values():
+        assert setting.parse(setting.default) == setting.default
+    for setting, synonym in TOPIC_SETTINGS.values():
+        assert setting.parse(setting.default) == setting.default
+        if synonym is not None:
+            assert BROKER_SETTINGS[synonym].default == setting.default, synonym
+
+
+# ---- the TOML file -----------------------------------------------------------------------------------------------
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_load_config_reads_settings_topic_tables_and_the_server_table(tmp_path):
+    path = write(tmp_path, "c.toml", """
+"log.dirs" = ["/data/a", "/data/b"]
+"log.cleaner.threads" = 3
+"cleanup.policy" = "compact"
+
+[server]
+listen = "127.0.0.1:9999"
+discovery_interval_ms = 200
+
+[topics.orders]
+"min.cleanable.dirty.ratio" = 0.1
+"max.compaction.lag.ms" = 60000
+
+[topics."with.dots"]
+"delete.retention.ms" = 0
+""")
+    loaded = load_config(path)
+    assert loaded.path == str(path)
+    assert loaded.settings.broker["log.dirs"] == ("/data/a", "/data/b")
+    assert loaded.settings.broker["log.cleaner.threads"] == 3
+    assert loaded.server == {"listen": "127.0.0.1:9999", "discovery_interval_ms": 200}
+    orders = loaded.settings.topic("orders")
+    assert (orders.min_cleanable_dirty_ratio, orders.max_compaction_lag_ms, orders.compact) == (0.1, 60000, True)
+    assert loaded.settings.topic("with.dots").delete_retention_ms == 0
+    assert loaded.settings.topic("other").min_cleanable_dirty_ratio == 0.5
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('"log.cleaner.threads" = 0\n', "setting 'log.cleaner.threads' = 0: must be in [1, 64]"),
+    ('[topics.orders]\n"min.cleanable.dirty.ratio" = 2.0\n', "setting 'min.cleanable.dirty.ratio' = 2.0: must be in [0.0, 1.0]"),
+    ('[topics.orders]\n"log.cleaner.threads" = 1\n', "unknown topic setting in [topics.orders]"),
+    ('"log.cleaner.thraeds" = 1\n', "unknown setting 'log.cleaner.thraeds'"),
+    ('"log.cleaner.threads" = \n', "not valid TOML"),
+    ('topics = 3\n', "[topics] must be a table"),
+    ('[topics]\norders = 3\n', "[topics.orders] must be a table"),
+    ('server = 3\n', "[server] must be a table"),
+])
+def test_an_invalid_config_file_names_the_file_and_what_is_wrong(tmp_path, text, expected):
+    path = write(tmp_path, "bad.toml", text)
+    with pytest.raises(ConfigFileError) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}: ")
+    assert expected in str(info.value)
+
+
+def test_a_missing_config_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigFileError, match="cannot read"):
+        load_config(tmp_path / "absent.toml")
+
+
+def test_overrides_apply_over_the_file_and_the_file_over_server_properties(tmp_path):
+    props = write(tmp_path, "server.properties", "log.cleaner.threads=2\nlog.cleaner.backoff.ms=1000\nlog.cleaner.enable=false\n")
+    toml = write(tmp_path, "c.toml", '"log.cleaner.threads" = 3\n"log.cleaner.backoff.ms" = 500\n')
+    loaded = load_config(toml, server_properties=props, overrides={"log.cleaner.threads": "4"})
+    assert loaded.settings.broker["log.cleaner.threads"] == 4
+    assert loaded.settings.broker["log.cleaner.backoff.ms"] == 500
+    assert loaded.settings.broker["log.cleaner.enable"] is False
+
+
+# ---- server.properties ------------------------------------------------------------------------------------------------
+
+
+def test_server_properties_syntax_comments_separators_and_continuations(tmp_path):
+    path = write(tmp_path, "server.properties", "\n".join([
+        "# a comment",
+        "! another comment",
+        "",
+        "broker.id=1",
+        "log.dirs = /data/a,\\",
+        "           /data/b",
+        "log.cleaner.threads: 2",
+        "  log.cleaner.dedupe.buffer.size=256MiB  ",
+        "flag.without.value",
+        "url=http://x:80/a=b",
+    ]) + "\n")
+    assert read_server_properties(path) == {
+        "broker.id": "1",
+        "log.dirs": "/data/a,/data/b",
+        "log.cleaner.threads": "2",
+        "log.cleaner.dedupe.buffer.size": "256MiB",
+        "flag.without.value": "",
+        "url": "http://x:80/a=b",
+    }
+
+
+def test_server_properties_keys_that_are_not_cleaner_settings_are_ignored(tmp_path):
+    path = write(tmp_path, "server.properties", "\n".join([
+        "broker.id=1",
+        "listeners=PLAINTEXT://:9092",
+        "min.cleanable.dirty.ratio=0.9",  # a topic-level name: not a broker setting, so not read from here
+        "log.cleaner.min.cleanable.ratio=0.7",
+        "log.cleaner.threads=2",
+        "log.dirs=/data/a,/data/b",
+    ]) + "\n")
+    loaded = load_config(server_properties=path)
+    assert loaded.settings.broker["log.cleaner.threads"] == 2
+    assert loaded.settings.broker["log.dirs"] == ("/data/a", "/data/b")
+    assert loaded.settings.topic("t").min_cleanable_dirty_ratio == 0.7
+
+
+def test_an_invalid_value_in_server_properties_is_rejected_naming_key_value_and_range(tmp_path):
+    path = write(tmp_path, "server.properties", "log.cleaner.threads=0\n")
+    with pytest.raises(ConfigFileError, match=r"'log.cleaner.threads' = '0': must be in \[1, 64\]"):
+        load_config(server_properties=path)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: cleaner/config_file.py load_config prefixes every SettingError with the TOML path (or with no file "
+    "at all when only --server-properties is given), whatever file the bad value came from: "
+    "'log.cleaner.threads=0' in server.properties is reported as 'c.toml: setting ...'. Should: name "
+    "server.properties (and say '--set' for overrides), as the module docstring promises ('Errors name the "
+    "file and what is wrong in it')."))
+def test_an_invalid_value_in_server_properties_is_reported_against_server_properties(tmp_path):
+    props = write(tmp_path, "server.properties", "log.cleaner.threads=0\n")
+    toml = write(tmp_path, "c.toml", '"log.cleaner.backoff.ms" = 100\n')
+    with pytest.raises(ConfigFileError) as info:
+        load_config(toml, server_properties=props)
+    assert str(props) in str(info.value) and str(toml) not in str(info.value)
+
+
+def test_a_missing_server_properties_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigFileError, match="cannot read"):
+        load_config(server_properties=tmp_path / "absent.properties")
