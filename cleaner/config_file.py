@@ -72,10 +72,19 @@ def load_config(
     flat: dict[str, object] = {}
     topics: dict[str, dict[str, object]] = {}
     server: dict[str, Any] = {}
+
+    def checked(source: str, key: str, value: object, table: dict) -> object:
+        """`value` validated on its own, so a bad one is reported against the file it came from."""
+        try:
+            table[key].parse(value) if table is BROKER_SETTINGS else table[key][0].parse(value)
+        except SettingError as exc:
+            raise ConfigFileError(f"{source}: {exc}") from None
+        return value
+
     if server_properties is not None:
         for key, value in read_server_properties(server_properties).items():
             if key in BROKER_SETTINGS:
-                flat[key] = value
+                flat[key] = checked(os.fspath(server_properties), key, value, BROKER_SETTINGS)
     if path is not None:
         try:
             with open(path, "rb") as f:
@@ -91,19 +100,31 @@ def load_config(
                 for topic, table in value.items():
                     if not isinstance(table, dict):
                         raise ConfigFileError(f"{path}: [topics.{topic}] must be a table")
+                    for k, v in table.items():
+                        if k in TOPIC_SETTINGS:  # unknown names are reported by Settings below
+                            checked(f"{path}: [topics.{topic}]", k, v, TOPIC_SETTINGS)
                     topics[topic] = dict(table)
             elif key == "server":
                 if not isinstance(value, dict):
                     raise ConfigFileError(f"{path}: [server] must be a table")
                 server = dict(value)
-            elif key in BROKER_SETTINGS or key in TOPIC_SETTINGS:
-                flat[key] = value
+            elif key in BROKER_SETTINGS:
+                flat[key] = checked(os.fspath(path), key, value, BROKER_SETTINGS)
+            elif key in TOPIC_SETTINGS:
+                flat[key] = checked(os.fspath(path), key, value, TOPIC_SETTINGS)
             else:
                 raise ConfigFileError(f"{path}: unknown setting {key!r} (use Kafka's setting names, quoted)")
-    flat.update(overrides or {})
+    for key, value in (overrides or {}).items():
+        if key in BROKER_SETTINGS:
+            checked("--set", key, value, BROKER_SETTINGS)
+        elif key in TOPIC_SETTINGS:
+            checked("--set", key, value, TOPIC_SETTINGS)
+        else:
+            raise ConfigFileError(f"--set: unknown setting {key!r} (expected a Kafka broker or topic setting name)")
+        flat[key] = value
     try:
         settings = Settings.from_mappings(flat, topics)
-    except SettingError as exc:
+    except SettingError as exc:  # a relation between settings (e.g. min lag above max lag)
         where = f"{path}: " if path is not None else ""
         raise ConfigFileError(f"{where}{exc}") from None
     return LoadedConfig(settings, server, None if path is None else os.fspath(path))

@@ -134,12 +134,20 @@ class _SegmentFacts:
 
 
 def _fingerprint(directory: Path) -> tuple:
-    """What changes when a partition's files change (names, sizes, mtimes of its segment files)."""
+    """What changes when a partition's inactive segment files change (names, sizes, mtimes).
+
+    The active segment is left out: its writer appends to it all the time, and a cleaning failure comes
+    from the inactive segments, so only a change there is a reason to retry at once.
+    """
+    parsed = [(name, p) for name in os.listdir(directory) if (p := parse_segment_file_name(name)) is not None]
+    logs = [p.offset for _, p in parsed if p.kind == fmt.LOG_SUFFIX and not p.state]
+    active = max(logs) if logs else None
     out = []
-    for name in sorted(os.listdir(directory)):
-        if parse_segment_file_name(name) is not None:
-            st = os.stat(directory / name)
-            out.append((name, st.st_size, st.st_mtime_ns))
+    for name, p in sorted(parsed):
+        if p.offset == active and not p.state:
+            continue
+        st = os.stat(directory / name)
+        out.append((name, st.st_size, st.st_mtime_ns))
     return tuple(out)
 
 

@@ -95,9 +95,10 @@ def _fmt(bound: float | None) -> str:
 
 def parse_size(text: str) -> int:
     """An integer, optionally with a binary unit suffix (`128MiB`, `64k`, `1g`), or `Long.MAX_VALUE`."""
-    t = text.strip().replace("_", "")
+    t = text.strip()
     if t in ("Long.MAX_VALUE", "9223372036854775807"):
         return _LONG_MAX
+    t = t.replace("_", "")  # digit separators, as in 134_217_728
     units = {"kib": 1024, "k": 1024, "kb": 1024, "mib": 1024**2, "m": 1024**2, "mb": 1024**2,
              "gib": 1024**3, "g": 1024**3, "gb": 1024**3}
     lower = t.lower()

@@ -19,7 +19,7 @@ __all__ = ["DeviceThrottles", "Throttle", "UNLIMITED"]
 
 UNLIMITED = 1.7976931348623157e308  # Kafka's default: Double.MaxValue, i.e. no throttling
 CHECK_INTERVAL_S = 0.3
-SLEEP_S_MAX = 10.0  # one sleep never exceeds this (a reload to a higher rate takes effect soon)
+SLEEP_S_MAX = 10.0  # one sleep never exceeds this (the rest is owed next time; a reload takes effect soon)
 
 
 class Throttle:
@@ -69,9 +69,11 @@ class Throttle:
             if elapsed < self._check_interval_s:
                 return 0.0
             wanted = self._period_bytes / self._rate  # seconds this many bytes should have taken
-            sleep_s = min(max(0.0, wanted - elapsed), SLEEP_S_MAX)
+            debt_s = max(0.0, wanted - elapsed)
+            sleep_s = min(debt_s, SLEEP_S_MAX)
+            # What one capped sleep does not pay is carried into the next period, not forgiven.
             self._period_start = now + sleep_s
-            self._period_bytes = 0
+            self._period_bytes = int((debt_s - sleep_s) * self._rate)
             self.total_sleep_s += sleep_s
         if sleep_s > 0:
             self._sleep(sleep_s)

@@ -404,11 +404,6 @@ def test_an_uncleanable_partition_is_retried_as_soon_as_its_files_change(env):
     assert manager.uncleanable_by_log_dir()[env.log_dir] == (0, 0)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: cleaner/manager.py _fingerprint covers every segment file including the active one, so a writer's "
-    "append (the normal state of a live partition) counts as 'its files changed' and _retry_due retries an "
-    "uncleanable partition at every selection: the doubling backoff never applies and each retry re-surveys "
-    "the whole log. Should: fingerprint only the inactive segments (where a cleaning failure comes from)."))
 def test_an_uncleanable_partition_is_not_retried_just_because_its_writer_appended(env):
     directory = env.partition("t-0")
     manager = env.manager()

@@ -69,17 +69,10 @@ def test_values_given_as_text_are_parsed_like_kafka_does():
     assert s.broker["log.cleaner.max.compaction.lag.ms"] == LONG_MAX
 
 
-LONG_MAX_VALUE_BUG = pytest.mark.xfail(strict=True, reason=(
-    "BUG: cleaner/settings.py parse_size strips '_' from the text (`.replace('_', '')`) before comparing it "
-    "with 'Long.MAX_VALUE', so the spelling its docstring documents becomes 'Long.MAXVALUE' and raises "
-    "ValueError: `--set max.compaction.lag.ms=Long.MAX_VALUE` (or the same in a config) is rejected as 'not a "
-    "valid int'. Should: compare before removing digit separators."))
-
-
 @pytest.mark.parametrize("text, value", [
     ("128MiB", 128 * 1024**2), ("64k", 64 * 1024), ("1g", 1024**3), ("2 KB", 2048), ("1_000", 1000),
     ("-1", -1), ("9223372036854775807", LONG_MAX),
-    pytest.param("Long.MAX_VALUE", LONG_MAX, marks=LONG_MAX_VALUE_BUG),
+    ("Long.MAX_VALUE", LONG_MAX),
 ])
 def test_parse_size_reads_integers_with_binary_units(text, value):
     assert parse_size(text) == value
@@ -275,12 +268,6 @@ def test_an_invalid_value_in_server_properties_is_rejected_naming_key_value_and_
         load_config(server_properties=path)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: cleaner/config_file.py load_config prefixes every SettingError with the TOML path (or with no file "
-    "at all when only --server-properties is given), whatever file the bad value came from: "
-    "'log.cleaner.threads=0' in server.properties is reported as 'c.toml: setting ...'. Should: name "
-    "server.properties (and say '--set' for overrides), as the module docstring promises ('Errors name the "
-    "file and what is wrong in it')."))
 def test_an_invalid_value_in_server_properties_is_reported_against_server_properties(tmp_path):
     props = write(tmp_path, "server.properties", "log.cleaner.threads=0\n")
     toml = write(tmp_path, "c.toml", '"log.cleaner.backoff.ms" = 100\n')

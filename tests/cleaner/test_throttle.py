@@ -128,13 +128,6 @@ def test_one_sleep_never_exceeds_the_cap():
     assert throttle.acquire(1_000_000) == SLEEP_S_MAX  # 1000 s owed
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: cleaner/throttle.py Throttle.acquire caps one sleep at SLEEP_S_MAX (10 s) and then resets the period "
-    "(_period_start = now + sleep, _period_bytes = 0), so whatever was owed beyond 10 s is forgiven instead of "
-    "being paid by later sleeps. A burst of more than 10 s of budget in one check interval (e.g. the survey's "
-    "on_bytes(survey.bytes_read) for the whole log, cleaner/round.py) then runs far above the budget: here "
-    "100 s worth of bytes cost 10 s. Kafka's Throttler has no cap. Should: cap each sleep but carry the rest "
-    "of the debt into the next period."))
 def test_a_burst_larger_than_the_sleep_cap_is_paid_off_by_later_sleeps():
     fake = FakeTime()
     throttle = make(1000, fake)
