@@ -1,9 +1,10 @@
 """Helpers for the daemon integration tests: a `logcleaner run` subprocess, its config, its clock, and logs.
 
 `DaemonProcess` runs the real CLI (`python -m cleaner.cli run -c CONFIG`) on a TOML config written by
-`write_config`, with its log going to a file the test can read while it runs. The
-daemon's clock is a `FileClock` (the `LOGCLEANER_CLOCK_FILE` hook), written atomically so the daemon never
-reads a half-written number (it would fall back to the wall clock). Every wait is a poll with a timeout.
+`write_config`, with its log going to a file the test can read while it runs. The daemon's clock is a
+`FileClock` (the `LOGCLEANER_CLOCK_FILE` hook), written atomically so the daemon never reads a half-written
+number (it would fall back to the wall clock). Every wait is a poll with a timeout. Logs are built through
+the real writer (`PartitionLog`), without fsync: test data need no durability.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ LEFTOVER_SUFFIXES = (".cleaned", ".swap", ".deleted")
 # wrote for every key: what a compacted log must still hold.
 WRITER_SCRIPT = textwrap.dedent(
     """
-    import json, sys, time
+    import json, os, sys, time
     from segments.log import LogConfig, PartitionLog
     from segments.records import Record, encode_batch
     directory, batches, keys, pause_s, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
@@ -65,7 +66,6 @@ WRITER_SCRIPT = textwrap.dedent(
         log.flush()
     with open(out + ".tmp", "w") as f:
         json.dump(latest, f)
-    import os
     os.replace(out + ".tmp", out)
     print("writer done", seq, flush=True)
     """

@@ -7,7 +7,7 @@ read back, checkpoints, leftovers), `/status`, `/metrics`, the exit status and t
 log first, so once a log that ranks below the one under test has been cleaned, the one under test was
 passed over by the same selection.
 
-Long throttled rounds come from one 8 MB zstd-compressed log (`big_log`), built once per session: zstd
+Long throttled rounds come from one 12 MB zstd-compressed log (`big_log`), built once per session: zstd
 batches are slow to clean per byte, so a throttled round lasts seconds without a large log to write.
 """
 
@@ -22,8 +22,10 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from cleaner import metrics as metrics_module
+from cleaner.cli import main as cli_main
 from segments import format as fmt
 from segments.generate import WorkloadSpec, generate_partition
 from segments.locks import CLEANER_LOCK, PartitionLock
@@ -57,9 +59,9 @@ from .daemon_helpers import (
 )
 
 ROUND_TIMEOUT_S = 30.0  # a generous bound on anything the daemon is expected to do "soon"
-BIG_LOG_BYTES = 8_000_000
+BIG_LOG_BYTES = 12_000_000
 BIG_SEGMENT_BYTES = 1_000_000
-BIG_BUDGET = 4_000_000.0  # bytes/s: a round of the big log (≈ 3 × its size of I/O) takes about 6 s
+BIG_BUDGET = 6_000_000.0  # bytes/s: a round of the big log (≈ 3 × its size of I/O) takes about 6 s
 TINY_BUDGET = 300_000.0  # bytes/s: the survey's bytes alone are owed for more than the 10 s sleep cap
 SMALL = dict(records=1200, keys=100, segment_bytes=16 * 1024)  # ten equal segments, then an empty active one
 
@@ -102,12 +104,19 @@ class DaemonEnv:
         topic, _, partition = name.rpartition("-")
         return cleaner_checkpoint(self.log_dir, topic, int(partition))
 
+    def set_checkpoint(self, name: str, offset: int) -> None:
+        """Pretend partition `name` was cleaned up to `offset` (its clean section for the dirty ratio)."""
+        topic, _, partition = name.rpartition("-")
+        write_cleaner_checkpoint(self.log_dir, topic, int(partition), offset)
+
     def fully_cleaned(self, name: str) -> bool:
         return self.checkpoint(name) == log_end_offset(self.partition_dir(name))
 
     def close(self) -> None:
         for daemon in self.daemons:
             daemon.close()
+            # Shown by pytest only when the test failed.
+            print(f"--- {daemon.log_path} (tail) ---\n{daemon.log_text()[-3000:]}")
 
 
 @pytest.fixture
@@ -187,14 +196,19 @@ def test_daemon_compacts_every_partition_to_the_latest_value_per_key_while_a_wri
     written = env.tmp_path / "writer-latest.json"
     writer = start_writer(env.partition_dir("orders-0"), written, batches=150, keys=40, pause_s=0.01)
     seen_checkpoints = []
-    deadline = time.monotonic() + 60
-    while writer.poll() is None:
-        assert time.monotonic() < deadline, "writer did not finish"
-        if env.partition_dir("orders-0").exists():
-            checkpoint = env.checkpoint("orders-0")
-            if checkpoint is not None and (not seen_checkpoints or checkpoint != seen_checkpoints[-1]):
-                seen_checkpoints.append(checkpoint)
-        time.sleep(0.02)
+    try:
+        deadline = time.monotonic() + 60
+        while writer.poll() is None:
+            assert time.monotonic() < deadline, "writer did not finish"
+            if env.partition_dir("orders-0").exists():
+                checkpoint = env.checkpoint("orders-0")
+                if checkpoint is not None and (not seen_checkpoints or checkpoint != seen_checkpoints[-1]):
+                    seen_checkpoints.append(checkpoint)
+            time.sleep(0.02)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        writer.wait()
     assert writer.returncode == 0, writer.stdout.read()
 
     names = ["users-0", "users-1", "orders-0", "orders-1"]
@@ -223,7 +237,7 @@ def test_min_cleanable_dirty_ratio_gates_selection_and_must_be_strictly_exceeded
     for name, clean_segments in {"strict-0": 4, "equal-0": 5, "eager-0": 6}.items():
         directory = env.generate(name)
         checkpoints[name] = segment_bases(directory)[clean_segments]
-        write_cleaner_checkpoint(env.log_dir, name[:-2], 0, checkpoints[name])
+        env.set_checkpoint(name, checkpoints[name])
         ratios[name] = dirty_ratio_from(directory, checkpoints[name])
     assert ratios["strict-0"] > ratios["equal-0"] > ratios["eager-0"]
     env.configure(topics={
@@ -244,7 +258,7 @@ def test_min_cleanable_dirty_ratio_gates_selection_and_must_be_strictly_exceeded
 
 
 def test_min_compaction_lag_ms_keeps_segments_newer_than_the_lag_dirty_until_the_clock_passes(env):
-    directory = env.generate("lagged-0", timestamp_step_ms=1000)  # segment k holds timestamps T0 + [100k, 100k+99] s
+    directory = env.generate("lagged-0", timestamp_step_ms=1000)  # the record at offset o has timestamp T0 + o s
     before = records_of(directory)
     end = log_end_offset(directory)
     env.configure(topics={"lagged": {"min.compaction.lag.ms": HOUR_MS}})
@@ -276,9 +290,9 @@ def test_min_compaction_lag_ms_keeps_segments_newer_than_the_lag_dirty_until_the
 def test_max_compaction_lag_ms_forces_cleaning_of_a_log_below_its_dirty_ratio_once_overdue(env):
     overdue = env.generate("overdue-0")
     overdue_checkpoint = segment_bases(overdue)[7]
-    write_cleaner_checkpoint(env.log_dir, "overdue", 0, overdue_checkpoint)  # dirty ratio 0.3
+    env.set_checkpoint("overdue-0", overdue_checkpoint)  # dirty ratio 0.3
     control = env.generate("control-0", seed=7)
-    write_cleaner_checkpoint(env.log_dir, "control", 0, segment_bases(control)[8])  # dirty ratio 0.2
+    env.set_checkpoint("control-0", segment_bases(control)[8])  # dirty ratio 0.2
     latest = latest_by_key(records_of(overdue))
     env.configure(topics={
         "overdue": {"min.cleanable.dirty.ratio": 0.9, "max.compaction.lag.ms": HOUR_MS},
@@ -453,7 +467,7 @@ def test_throttle_keeps_measured_io_within_ten_percent_of_the_budget(env, big_lo
 
     # The throttle lets 300 ms of I/O through, then sleeps until the average is back at the budget; between
     # the ends of two sleeps lie whole periods, over which the measured rate is what it promises.
-    starts = throttle_period_starts(samples, quiet_s=0.2)
+    starts = throttle_period_starts(samples, quiet_s=0.15)
     assert len(starts) >= 2, f"fewer than two throttle sleeps seen: {starts}"
     (t1, v1), (t2, v2) = starts[0], starts[-1]
     assert t2 - t1 >= 2.0, f"measurement window only {t2 - t1:.2f} s"
@@ -534,6 +548,9 @@ def test_metrics_endpoint_exposes_every_metric_named_in_the_metrics_docstring(en
     wait_until(lambda: env.fully_cleaned("m-0"), timeout_s=ROUND_TIMEOUT_S, what="m-0 cleaned")
     wait_until(lambda: daemon.metric("logcleaner_rounds_total", result="ok") == 1, timeout_s=ROUND_TIMEOUT_S,
                what="the round counted")
+    m0 = {"topic": "m", "partition": "0", "log_dir": str(env.log_dir)}
+    wait_until(lambda: daemon.metric("logcleaner_partition_dirty_ratio", **m0) == 0, timeout_s=ROUND_TIMEOUT_S,
+               what="m-0's dirty ratio estimated again after its round")
     documented = documented_metrics()
     assert len(documented) >= 20
     samples = daemon.metrics()
@@ -548,7 +565,7 @@ def test_metrics_endpoint_exposes_every_metric_named_in_the_metrics_docstring(en
     assert daemon.metric("logcleaner_records_removed_total") > 0
     assert daemon.metric("logcleaner_io_bytes_total", direction="read") > 0
     assert daemon.metric("logcleaner_uncleanable_partitions", log_dir=str(env.log_dir)) == 0
-    assert daemon.metric("logcleaner_partition_dirty_ratio", topic="m", partition="0", log_dir=str(env.log_dir)) == 0
+    assert daemon.metric("logcleaner_partition_cleanable_bytes", **m0) == 0
 
 
 def test_status_and_admin_commands_drive_the_running_daemon(env):
@@ -557,39 +574,46 @@ def test_status_and_admin_commands_drive_the_running_daemon(env):
     env.configure(topics={"ops": {"min.cleanable.dirty.ratio": 1.0}})  # never eligible by ratio alone
     daemon = env.start()
     url = ["--url", daemon.url]
+    wait_until(lambda: all(p["total_bytes"] > 0 for p in daemon.partitions().values()), timeout_s=ROUND_TIMEOUT_S,
+               what="both partitions estimated")
 
-    text = run_cli("status", *url)
+    def cli(*args: str):  # the commands are HTTP clients: run them in-process (a subprocess costs 0.6 s each)
+        return CliRunner().invoke(cli_main, list(args))
+
+    text = run_cli("status", *url)  # once through the real entry point
     assert text.returncode == 0, text.stderr
-    assert re.search(r"^ops-0\s+idle\s", text.stdout, re.M) and re.search(r"^ops-1\s+idle\s", text.stdout, re.M)
-    as_json = run_cli("status", "--json", *url)
-    assert as_json.returncode == 0
+    for name in ("ops-0", "ops-1"):  # (the first retention pass may hold one in progress for a moment)
+        assert re.search(rf"^{name}\s+(idle|in_progress)\s+1\.000\s", text.stdout, re.M), text.stdout
+    as_json = cli("status", "--json", *url)
+    assert as_json.exit_code == 0
     assert {p["partition"] for p in json.loads(as_json.stdout)["partitions"]} == {"ops-0", "ops-1"}
 
-    outputs = [run_cli("admin", op, "ops-0", *url) for op in ("pause", "pause", "resume")]
-    assert [o.returncode for o in outputs] == [0, 0, 0], [o.stderr for o in outputs]
+    outputs = [cli("admin", op, "ops-0", *url) for op in ("pause", "pause", "resume", "resume")]
+    assert [o.exit_code for o in outputs] == [0, 0, 0, 0], [o.output for o in outputs]
     assert [o.stdout.strip() for o in outputs] == [
-        "ops-0: pause -> paused (pauses 1)", "ops-0: pause -> paused (pauses 2)", "ops-0: resume -> paused (pauses 1)",
+        "ops-0: pause -> paused (pauses 1)", "ops-0: pause -> paused (pauses 2)",
+        "ops-0: resume -> paused (pauses 1)", "ops-0: resume -> idle (pauses 0)",
     ]
-    last = run_cli("admin", "resume", "ops-0", *url)
-    assert last.returncode == 0 and last.stdout.strip() == "ops-0: resume -> idle (pauses 0)"
-    extra = run_cli("admin", "resume", "ops-0", *url)
-    assert extra.returncode == 1 and "409" in extra.stderr and "cannot resume" in extra.stderr
+    extra = cli("admin", "resume", "ops-0", *url)
+    assert extra.exit_code == 1 and "409" in extra.stderr and "cannot resume" in extra.stderr
 
-    trigger = run_cli("admin", "trigger", "ops-1", *url)
-    assert trigger.returncode == 0, trigger.stderr
+    trigger = cli("admin", "trigger", "ops-1", *url)
+    assert trigger.exit_code == 0, trigger.output
     wait_until(lambda: env.fully_cleaned("ops-1"), timeout_s=ROUND_TIMEOUT_S, what="triggered ops-1 cleaned")
     assert daemon.partition("ops-0")["rounds"] == 0  # same ratio, not triggered: still not eligible
+    after = cli("status", *url)
+    assert re.search(r"^ops-1\s+idle\s.*\s1\s+\d+ -> \d+ records", after.stdout, re.M), after.stdout
 
-    unknown = run_cli("admin", "pause", "nope-0", *url)
-    assert unknown.returncode == 1 and "404" in unknown.stderr and "no such partition" in unknown.stderr
-    unreachable = run_cli("status", "--url", f"http://127.0.0.1:{free_port()}")
-    assert unreachable.returncode == 1 and "cannot reach the daemon" in unreachable.stderr
+    unknown = cli("admin", "pause", "nope-0", *url)
+    assert unknown.exit_code == 1 and "404" in unknown.stderr and "no such partition" in unknown.stderr
+    unreachable = cli("status", "--url", f"http://127.0.0.1:{free_port()}")
+    assert unreachable.exit_code == 1 and "cannot reach the daemon" in unreachable.stderr
 
 
 def test_paused_partition_is_not_cleaned_even_when_dirty_until_resumed(env):
     held, other = env.generate("held-0"), env.generate("other-0", seed=1)
     for name, directory in (("held-0", held), ("other-0", other)):
-        write_cleaner_checkpoint(env.log_dir, name[:-2], 0, log_end_offset(directory))  # all clean: ratio 0
+        env.set_checkpoint(name, log_end_offset(directory))  # all clean: ratio 0
     env.configure(settings={"min.cleanable.dirty.ratio": 0.1})
     daemon = env.start()
     assert daemon.operate("held-0", "pause") == (200, {"partition": "held-0", "operation": "pause",
@@ -601,14 +625,14 @@ def test_paused_partition_is_not_cleaned_even_when_dirty_until_resumed(env):
     status = daemon.partition("held-0")
     assert status["state"] == "paused" and status["rounds"] == 0 and not env.fully_cleaned("held-0")
 
-    assert daemon.operate("held-0", "resume")[1]["state"] == "idle"
+    assert daemon.operate("held-0", "resume")[1]["state"] in ("idle", "in_progress")
     wait_until(lambda: env.fully_cleaned("held-0"), timeout_s=ROUND_TIMEOUT_S, what="held-0 cleaned after resume")
 
 
 def test_trigger_cleans_a_partition_below_its_dirty_ratio(env):
     directory = env.generate("lazy-0")
     checkpoint = segment_bases(directory)[7]
-    write_cleaner_checkpoint(env.log_dir, "lazy", 0, checkpoint)  # dirty ratio 0.3
+    env.set_checkpoint("lazy-0", checkpoint)  # dirty ratio 0.3
     env.configure(topics={"lazy": {"min.cleanable.dirty.ratio": 0.9}})
     daemon = env.start()
     status = wait_until(lambda: (p := daemon.partition("lazy-0"))["total_bytes"] > 0 and p, timeout_s=ROUND_TIMEOUT_S,
@@ -616,7 +640,7 @@ def test_trigger_cleans_a_partition_below_its_dirty_ratio(env):
     assert status["dirty_ratio"] == pytest.approx(dirty_ratio_from(directory, checkpoint), abs=1e-5)
     assert status["rounds"] == 0
     code, body = daemon.operate("lazy-0", "trigger")
-    assert code == 200 and body["state"] == "idle"
+    assert code == 200 and body["state"] in ("idle", "in_progress")  # a thread may have taken it already
     wait_until(lambda: env.fully_cleaned("lazy-0"), timeout_s=ROUND_TIMEOUT_S, what="triggered lazy-0 cleaned")
 
 
@@ -691,3 +715,46 @@ def test_invalid_config_on_reload_is_rejected_and_the_daemon_keeps_running(env):
     wait_until(lambda: daemon.status()["daemon"]["io_budget_bytes_per_second"] == 7_000_000.0,
                timeout_s=ROUND_TIMEOUT_S, what="the next valid reload applied")
     wait_until(lambda: env.fully_cleaned("r-0"), timeout_s=ROUND_TIMEOUT_S, what="r-0 cleaned")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: cleaner/pool.py supervise() counts every thread that is no longer alive as dead "
+    "(dead_threads += 1, 'cleaner thread died; replacing it'), including the threads that _run() ends on "
+    "purpose after a reload lowers log.cleaner.threads (index >= threads_wanted). So SIGHUP from 2 threads to 1 "
+    "sets logcleaner_dead_thread_count to 1 and logs an error, though nothing died. Should: only count threads "
+    "that ended without being asked to."))
+def test_reload_to_fewer_threads_is_not_counted_as_dead_threads(env):
+    env.generate("r-0")
+    env.configure(settings={"log.cleaner.threads": 2})
+    daemon = env.start()
+    assert daemon.metric("logcleaner_threads_alive") == 2
+    env.configure(settings={"log.cleaner.threads": 1})
+    daemon.send(signal.SIGHUP)
+    wait_until(lambda: daemon.metric("logcleaner_threads_alive") == 1 and daemon.status()["daemon"]["threads"] == 1,
+               timeout_s=ROUND_TIMEOUT_S, what="one thread left")
+    time.sleep(0.5)  # a few supervision ticks (discovery_interval_ms = 200)
+    assert daemon.metric("logcleaner_dead_thread_count") == 0
+    assert "cleaner thread died" not in daemon.log_text()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: cleaner/daemon.py _server_settings validates listen, discovery_interval_ms and uncleanable_retry_ms "
+    "but not shutdown_timeout_s: `shutdown_timeout_s = \"soon\"` (or -1) is accepted at start, and the daemon "
+    "only fails when it stops (float('soon') raises ValueError in Daemon.shutdown; SIGTERM then ends in a "
+    "traceback instead of exit 0). Should: reject it at start (exit 2) naming [server] shutdown_timeout_s, "
+    "the value and the allowed range, like the other [server] settings."))
+def test_invalid_shutdown_timeout_is_rejected_at_start(env):
+    env.configure(server={"shutdown_timeout_s": "soon"})
+    daemon = env.start(wait=False)
+
+    def exited_or_serving():
+        if not daemon.running():
+            return "exited"
+        try:
+            return daemon.request("GET", "/healthz", timeout_s=1.0)[0] == 200 and "serving"
+        except OSError:
+            return None
+
+    assert wait_until(exited_or_serving, timeout_s=ROUND_TIMEOUT_S, what="the daemon to exit or serve") == "exited"
+    assert daemon.proc.returncode == 2
+    assert "shutdown_timeout_s" in daemon.log_text() and "soon" in daemon.log_text()
