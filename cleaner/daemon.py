@@ -70,8 +70,12 @@ def _server_settings(loaded: LoadedConfig) -> dict:
     except ValueError as exc:
         raise ConfigFileError(f"{loaded.path}: [server] listen: {exc}") from None
     for key in ("discovery_interval_ms", "uncleanable_retry_ms"):
-        if not isinstance(server[key], int) or server[key] < 1:
-            raise ConfigFileError(f"{loaded.path}: [server] {key} = {server[key]!r}: must be an integer ≥ 1")
+        value = server[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigFileError(f"{loaded.path}: [server] {key} = {value!r}: must be an integer ≥ 1")
+    timeout = server["shutdown_timeout_s"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
+        raise ConfigFileError(f"{loaded.path}: [server] shutdown_timeout_s = {timeout!r}: must be a number in (0, 3600]")
     return server
 
 
@@ -98,7 +102,10 @@ class Daemon:
             self.log_dirs, self.loaded.settings, clock_ms=self.clock_ms,
             uncleanable_retry_ms=self.server["uncleanable_retry_ms"],
         )
-        self.throttles = DeviceThrottles(broker["log.cleaner.io.max.bytes.per.second"])
+        # Throttle sleeps end at once when the pool stops, so a shutdown never waits out a long sleep.
+        self.throttles = DeviceThrottles(
+            broker["log.cleaner.io.max.bytes.per.second"], sleep=lambda seconds: self.pool.wait_stopping(seconds)
+        )
         self.metrics = CleanerMetrics(self._metric_state)
         self.pool = CleanerPool(
             self.manager, self.throttles, self.metrics, threads=broker["log.cleaner.threads"], clock_ms=self.clock_ms
@@ -106,6 +113,7 @@ class Daemon:
         self.http = AdminServer(self, str(self.server["listen"]))
         self._stop = threading.Event()
         self._reload = threading.Event()
+        self._wake = threading.Event()  # set by every signal, so the main loop reacts at once
         self._signals = 0
         self.started_at_ms = self.clock_ms()
 
@@ -176,7 +184,11 @@ class Daemon:
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self._on_stop_signal)
         signal.signal(signal.SIGINT, self._on_stop_signal)
-        signal.signal(signal.SIGHUP, lambda signum, frame: self._reload.set())
+        signal.signal(signal.SIGHUP, self._on_reload_signal)
+
+    def _on_reload_signal(self, signum, frame) -> None:
+        self._reload.set()
+        self._wake.set()
 
     def _on_stop_signal(self, signum, frame) -> None:
         self._signals += 1
@@ -184,9 +196,11 @@ class Daemon:
             os.write(2, b"logcleaner: second signal, exiting at once\n")
             os._exit(1)
         self._stop.set()
+        self._wake.set()
 
     def request_stop(self) -> None:
         self._stop.set()
+        self._wake.set()
 
     def run(self) -> int:
         """The main loop, until a stop is requested; returns the exit status."""
@@ -200,7 +214,8 @@ class Daemon:
             except Exception:  # noqa: BLE001 - discovery is retried at the next tick
                 log.exception("partition discovery failed")
             self.pool.supervise()
-            self._stop.wait(min(interval_s, 1.0) if self._reload.is_set() else interval_s)
+            self._wake.wait(interval_s)
+            self._wake.clear()
         return self.shutdown()
 
     def reload(self) -> None:

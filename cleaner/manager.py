@@ -32,10 +32,9 @@ from segments.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
-    update_offset_checkpoint,
 )
 from segments.errors import SegmentError
-from segments.log import parse_partition_dir_name
+from segments.log import parse_partition_dir_name, update_log_dir_checkpoint
 from segments.recovery import parse_segment_file_name
 from segments.segment import LogSegment, peek_header
 
@@ -99,6 +98,7 @@ class PartitionStatus:
     uncleanable_fingerprint: tuple = ()
     uncleanable_retry_at_ms: int = 0
     uncleanable_failures: int = 0
+    busy_until_ms: int = 0  # another process held its cleaner lock: passed over until then
     last_result: RoundResult | None = None
     last_error: str | None = None
     rounds: int = 0
@@ -276,7 +276,7 @@ class CleanerManager:
             # Kafka repairs an invalid checkpoint at once, even if the log is not selected (KAFKA-6266).
             log.warning("resetting invalid cleaner checkpoint dir=%s checkpoint=%d log_start=%d log_end=%d",
                         status.directory, checkpoint, log_start, log_end)
-            update_offset_checkpoint(root / CLEANER_OFFSET_CHECKPOINT, {key: log_start})
+            update_log_dir_checkpoint(root, CLEANER_OFFSET_CHECKPOINT, key, log_start)
             first_dirty = log_start
         bounds = [active.base_offset]
         hw = read_offset_checkpoint(root / REPLICATION_OFFSET_CHECKPOINT).get(key)
@@ -332,6 +332,8 @@ class CleanerManager:
             if not topic.compact:
                 continue
             if status.uncleanable_reason is not None and not self._retry_due(status, now):
+                continue
+            if now < status.busy_until_ms:
                 continue
             try:
                 self._estimate(status, now)
@@ -401,6 +403,14 @@ class CleanerManager:
         with self._lock:
             status = self.partitions.get(directory)
             if status is not None:
+                self._finish(status)
+
+    def busy_elsewhere(self, directory: Path, backoff_ms: int) -> None:
+        """Another process holds the partition's cleaner lock: pass it over for `backoff_ms`."""
+        with self._lock:
+            status = self.partitions.get(directory)
+            if status is not None:
+                status.busy_until_ms = self.clock_ms() + backoff_ms
                 self._finish(status)
 
     def failed(self, directory: Path, error: BaseException) -> None:

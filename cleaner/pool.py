@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 _DISK_ERRNOS = frozenset({errno.EIO, errno.EROFS})
 _LOCK_WAIT_S = 1.0
+_BUSY_BACKOFF_MS = 30_000  # a partition another process is cleaning is passed over this long
 
 
 class CleanerPool:
@@ -84,13 +85,14 @@ class CleanerPool:
             return
         with self._lock:
             for index, thread in list(self._threads.items()):
-                if not thread.is_alive():
-                    self.dead_threads += 1
-                    log.error("cleaner thread died; replacing it thread=%s", thread.name)
-                    if index < self.threads_wanted:
-                        self._spawn(index)
-                    else:
-                        del self._threads[index]
+                if thread.is_alive():
+                    continue
+                if index >= self.threads_wanted:
+                    del self._threads[index]  # ended on purpose after the pool was made smaller
+                    continue
+                self.dead_threads += 1
+                log.error("cleaner thread died; replacing it thread=%s", thread.name)
+                self._spawn(index)
             for index in range(self.threads_wanted):
                 if index not in self._threads:
                     self._spawn(index)
@@ -115,6 +117,10 @@ class CleanerPool:
         for thread in threads:
             thread.join(timeout_s)
         return not any(t.is_alive() for t in threads)
+
+    def wait_stopping(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, waking at once when the pool stops (the throttle's sleep)."""
+        return self._stopping.wait(seconds)
 
     def busy_devices(self) -> list[int]:
         with self._lock:
@@ -218,7 +224,7 @@ class CleanerPool:
             self.metrics.record_outcome("aborted")
         except LockTimeoutError as exc:
             log.info("partition busy; skipped dir=%s reason=%s", directory, exc)
-            self.manager.aborted(directory)
+            self.manager.busy_elsewhere(directory, _BUSY_BACKOFF_MS)
         except OSError as exc:
             if exc.errno in _DISK_ERRNOS:
                 self.manager.mark_log_dir_offline(candidate.log_dir, str(exc))

@@ -54,7 +54,7 @@ from .records import Record, RecordBatch, encode_batch
 from .recovery import parse_segment_file_name, recover_leftovers
 from .segment import FetchData, LogSegment
 
-__all__ = ["LogConfig", "PartitionLog", "parse_partition_dir_name", "AppendInfo", "Mode"]
+__all__ = ["LogConfig", "PartitionLog", "parse_partition_dir_name", "update_log_dir_checkpoint", "AppendInfo", "Mode"]
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,27 @@ def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
     return topic, int(partition)
 
 
+def update_log_dir_checkpoint(
+    log_dir: str | os.PathLike,
+    name: str,
+    key: tuple[str, int],
+    offset: int | None,
+    *,
+    file_ops: FileOps = DEFAULT_FILE_OPS,
+) -> None:
+    """Set (or, with None, remove) `key`'s entry of the checkpoint file `name` in `log_dir`.
+
+    The read-modify-write runs under the log dir's checkpoint lock (`.logcleaner-checkpoints.lock`), so
+    writers and cleaners of different partitions, in any process, never lose each other's entries.
+    """
+    root = Path(log_dir)
+    with PartitionLock(root, _CHECKPOINT_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT):
+        if offset is None:
+            update_offset_checkpoint(root / name, {}, removals=[key], file_ops=file_ops)
+        else:
+            update_offset_checkpoint(root / name, {key: offset}, file_ops=file_ops)
+
+
 class PartitionLog:
     """One partition's segments. Use `PartitionLog.open(...)`; close with `close()` or a `with` block."""
 
@@ -133,6 +154,7 @@ class PartitionLog:
         self._closed = False
         self._active_created_ms = clock_ms()
         self._rolling_timestamp = fmt.NO_TIMESTAMP
+        self._lock_timeout_s = _LOCK_TIMEOUT_S_DEFAULT
 
     # ---- opening --------------------------------------------------------------------------------------
 
@@ -161,6 +183,7 @@ class PartitionLog:
         elif not directory.is_dir():
             raise LogStateError(f"{directory}: no such partition directory")
         self = cls(directory, mode, config or LogConfig(), file_ops, clock_ms or (lambda: int(time.time() * 1000)))
+        self._lock_timeout_s = lock_timeout_s
         try:
             self._open()
         except BaseException:
@@ -177,14 +200,14 @@ class PartitionLog:
                 self._owner_lock = None
                 raise LockTimeoutError(f"{self.directory}: another writer has this partition open") from None
         elif self.mode == "cleaner":
-            self._owner_lock = PartitionLock(self.directory, CLEANER_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT)
+            self._owner_lock = PartitionLock(self.directory, CLEANER_LOCK).acquire(timeout_s=self._lock_timeout_s)
         if self.mode == "reader":
             with self._listing_lock():
                 self._list_segments()
                 self._load_log_start_offset()
                 self._check_indexes(rebuild_files=False)
             return
-        with PartitionLock(self.directory, SWAP_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT):
+        with PartitionLock(self.directory, SWAP_LOCK).acquire(timeout_s=self._lock_timeout_s):
             self._recover_leftovers()
             self._list_segments()
             self._load_log_start_offset()
@@ -552,13 +575,9 @@ class PartitionLog:
         The read-modify-write runs under the log dir's checkpoint lock, so partitions of one log dir
         cleaned or written by different processes do not lose each other's entries.
         """
-        root = self.directory.parent
-        key = (self.topic, self.partition)
-        with PartitionLock(root, _CHECKPOINT_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT):
-            if offset is None:
-                update_offset_checkpoint(root / name, {}, removals=[key], file_ops=self.file_ops)
-            else:
-                update_offset_checkpoint(root / name, {key: offset}, file_ops=self.file_ops)
+        update_log_dir_checkpoint(
+            self.directory.parent, name, (self.topic, self.partition), offset, file_ops=self.file_ops
+        )
 
     # ---- reading --------------------------------------------------------------------------------------
 

@@ -375,15 +375,8 @@ def test_corrupt_partition_becomes_uncleanable_while_others_are_cleaned_and_is_r
     assert_compacted_to(bad, latest)
 
 
-LOCK_TIMEOUT_BUG = (
-    "BUG: segments/log.py PartitionLog.open ignores its lock_timeout_s argument: _open() always waits "
-    "_LOCK_TIMEOUT_S_DEFAULT (30 s) for .cleaner.lock. cleaner/pool.py _clean (and _retention_if_due) pass "
-    "lock_timeout_s=_LOCK_WAIT_S (1 s) so that a partition another process is cleaning is skipped; instead the "
-    "cleaner thread blocks 30 s on it, every other partition waits, and a SIGTERM meanwhile cannot finish "
-    "within shutdown_timeout_s (10 s). Should: give up after lock_timeout_s.")
 
 
-@pytest.mark.xfail(strict=True, reason=LOCK_TIMEOUT_BUG)
 @pytest.mark.slow
 def test_a_partition_locked_by_another_cleaner_is_given_up_within_seconds(env):
     env.generate("a-0")
@@ -398,13 +391,6 @@ def test_a_partition_locked_by_another_cleaner_is_given_up_within_seconds(env):
         lock.release()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (masked today by the lock_timeout_s bug, see test_a_partition_locked_by_another_cleaner_is_given_up_"
-    "within_seconds): cleaner/pool.py _clean answers LockTimeoutError with manager.aborted(), which puts the "
-    "partition back to idle with its rank unchanged, so grab_filthiest hands the same locked partition out "
-    "again at once (ties keep discovery order): with one thread, no other partition is cleaned for as long as "
-    "another process holds the lock. Should: pass the busy partition over for a while (e.g. a short backoff "
-    "in the manager) so the others are cleaned."))
 @pytest.mark.slow
 def test_a_partition_locked_by_another_cleaner_does_not_stall_the_others(env):
     env.generate("a-0")
@@ -475,12 +461,6 @@ def test_throttle_keeps_measured_io_within_ten_percent_of_the_budget(env, big_lo
     assert abs(measured - BIG_BUDGET) <= 0.1 * BIG_BUDGET, f"measured {measured:.0f} B/s over {t2 - t1:.1f} s"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: cleaner/throttle.py Throttle.acquire sleeps with a plain time.sleep of up to SLEEP_S_MAX (10 s) that "
-    "neither shutdown nor an abort can interrupt (cleaner/pool.py on_bytes -> throttle.acquire). With a low "
-    "io.max.bytes.per.second, SIGTERM waits for the sleep to end (about 9 s here) instead of exiting within a "
-    "few seconds; since shutdown_timeout_s is also 10 s, a SIGTERM at the start of a sleep can even exit 1 "
-    "('did not stop in time'). Should: wake the sleep on stop/abort (e.g. wait on the pool's stop event)."))
 @pytest.mark.slow
 def test_sigterm_during_a_long_throttle_sleep_exits_within_a_few_seconds(env, big_log):
     big_log.copy_to(env, "big-0")
@@ -717,12 +697,6 @@ def test_invalid_config_on_reload_is_rejected_and_the_daemon_keeps_running(env):
     wait_until(lambda: env.fully_cleaned("r-0"), timeout_s=ROUND_TIMEOUT_S, what="r-0 cleaned")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: cleaner/pool.py supervise() counts every thread that is no longer alive as dead "
-    "(dead_threads += 1, 'cleaner thread died; replacing it'), including the threads that _run() ends on "
-    "purpose after a reload lowers log.cleaner.threads (index >= threads_wanted). So SIGHUP from 2 threads to 1 "
-    "sets logcleaner_dead_thread_count to 1 and logs an error, though nothing died. Should: only count threads "
-    "that ended without being asked to."))
 def test_reload_to_fewer_threads_is_not_counted_as_dead_threads(env):
     env.generate("r-0")
     env.configure(settings={"log.cleaner.threads": 2})
@@ -737,12 +711,6 @@ def test_reload_to_fewer_threads_is_not_counted_as_dead_threads(env):
     assert "cleaner thread died" not in daemon.log_text()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: cleaner/daemon.py _server_settings validates listen, discovery_interval_ms and uncleanable_retry_ms "
-    "but not shutdown_timeout_s: `shutdown_timeout_s = \"soon\"` (or -1) is accepted at start, and the daemon "
-    "only fails when it stops (float('soon') raises ValueError in Daemon.shutdown; SIGTERM then ends in a "
-    "traceback instead of exit 0). Should: reject it at start (exit 2) naming [server] shutdown_timeout_s, "
-    "the value and the allowed range, like the other [server] settings."))
 def test_invalid_shutdown_timeout_is_rejected_at_start(env):
     env.configure(server={"shutdown_timeout_s": "soon"})
     daemon = env.start(wait=False)
