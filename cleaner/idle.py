@@ -75,13 +75,7 @@ def maintain_idle_logs(manager, now_ms: int) -> int:
         topic = manager.topic_settings(status.topic)
         if not topic.compact or topic.max_compaction_lag_ms >= _LONG_MAX:
             continue
-        config = LogConfig(
-            segment_bytes=topic.segment_bytes,
-            segment_ms=topic.segment_ms,
-            segment_index_bytes=topic.segment_index_bytes,
-            index_interval_bytes=topic.index_interval_bytes,
-            max_message_bytes=topic.max_message_bytes,
-        )
+        config = topic.log_config()
         try:
             rolled += roll_if_idle(
                 status.directory, max_compaction_lag_ms=topic.max_compaction_lag_ms, now_ms=now_ms, config=config

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from offsetmap import OffsetMap, per_thread_memory_bytes
 from segments.errors import SegmentError
-from segments.log import LogConfig, PartitionLog, parse_partition_dir_name
+from segments.log import PartitionLog, parse_partition_dir_name
 from segments.recovery import parse_segment_file_name
 
 from .round import RoundResult, clean_round
@@ -116,13 +116,7 @@ def clean_partition(
         broker = settings.broker
         memory = per_thread_memory_bytes(broker["log.cleaner.dedupe.buffer.size"], broker["log.cleaner.threads"])
         offset_map = OffsetMap(memory, broker["log.cleaner.io.buffer.load.factor"])
-    config = LogConfig(
-        segment_bytes=topic.segment_bytes,
-        segment_ms=topic.segment_ms,
-        segment_index_bytes=topic.segment_index_bytes,
-        index_interval_bytes=topic.index_interval_bytes,
-        max_message_bytes=topic.max_message_bytes,
-    )
+    config = topic.log_config()
     try:
         with PartitionLog.open(directory, mode="cleaner", config=config) as plog:
             start = forced_from

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from offsetmap import OffsetMap, per_thread_memory_bytes
 from segments.errors import LockTimeoutError
-from segments.log import LogConfig, PartitionLog
+from segments.log import PartitionLog
 
 from .idle import maintain_idle_logs
 from .manager import Candidate, CleanerManager
@@ -196,13 +196,7 @@ class CleanerPool:
             throttle.acquire(n)
 
         topic = self.manager.topic_settings(candidate.topic)
-        config = LogConfig(
-            segment_bytes=topic.segment_bytes,
-            segment_ms=topic.segment_ms,
-            segment_index_bytes=topic.segment_index_bytes,
-            index_interval_bytes=topic.index_interval_bytes,
-            max_message_bytes=topic.max_message_bytes,
-        )
+        config = topic.log_config()
         try:
             log.info("cleaning dir=%s reason=%s dirty_ratio=%.3f", directory, candidate.reason, candidate.dirty_ratio)
             with PartitionLog.open(Path(directory), mode="cleaner", config=config, lock_timeout_s=_LOCK_WAIT_S) as plog:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from segments.log import LogConfig
+
 __all__ = [
     "BROKER_SETTINGS",
     "TOPIC_SETTINGS",
@@ -191,6 +193,16 @@ class TopicSettings:
     @property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy
+
+    def log_config(self) -> LogConfig:
+        """The settings the partition log itself uses (rolling, indexing, batch size limit)."""
+        return LogConfig(
+            segment_bytes=self.segment_bytes,
+            segment_ms=self.segment_ms,
+            segment_index_bytes=self.segment_index_bytes,
+            index_interval_bytes=self.index_interval_bytes,
+            max_message_bytes=self.max_message_bytes,
+        )
 
 
 @dataclass(frozen=True)
