@@ -451,6 +451,7 @@ class PartitionLog:
             self._check_open()
             if self.mode != "writer":
                 raise LogStateError(f"{self.directory}: only the writer appends (mode is {self.mode})")
+            self.refresh()  # closes old segments a cleaner swapped out, so their disk space is freed
             buf = bytearray(data)
             result = scan_buffer(buf, verify_crc=True)
             if result.end_position != len(buf):
@@ -589,8 +590,7 @@ class PartitionLog:
         """
         with self._mutex:
             self._check_open()
-            if self.mode != "writer":
-                self.refresh()
+            self.refresh()  # after another process's swap: new files in, deleted old ones closed
             end = self.log_end_offset
             if offset < self._log_start_offset or offset > end:
                 raise OffsetOutOfRangeError(offset, self._log_start_offset, end, str(self.directory))
@@ -610,8 +610,7 @@ class PartitionLog:
         """
         with self._mutex:
             self._check_open()
-            if self.mode != "writer":
-                self.refresh()
+            self.refresh()  # after another process's swap: new files in, deleted old ones closed
             start = self._log_start_offset if start_offset is None else start_offset
             segments = list(self._segments)
             i = max(0, bisect.bisect_right(self._bases, start) - 1)

@@ -94,3 +94,37 @@ def test_writer_and_concurrent_swapper_lose_nothing(tmp_path):
     assert [v for _, v in records] == [b"seq-%d-%d" % (i, j) for i in range(n) for j in range(3)]
     assert max(merged_sizes) > 2000  # merged segments really replaced the writer's ones
     assert not verify_paths([d]).problems
+
+
+def test_writer_closes_segments_a_cleaner_swapped_out(tmp_path):
+    import os
+
+    from segments.log import LogConfig
+
+    from ..segments.helpers import keyed_batch
+
+    d = tmp_path / "t-0"
+    writer = PartitionLog.open(d, mode="writer", create=True, config=LogConfig(segment_bytes=300))
+    try:
+        for i in range(12):
+            writer.append_batches(keyed_batch([(b"k", b"v%d" % i)]))
+        with PartitionLog.open(d, mode="cleaner") as cleaner:
+            a, b = cleaner.segments[0], cleaner.segments[1]
+            merged = cleaner.new_cleaned_segment(a.base_offset)
+            for seg in (a, b):
+                for pos, h in seg.iter_headers():
+                    merged.append(seg.pread(pos, h.size_bytes), largest_offset=h.last_offset,
+                                  max_timestamp=h.max_timestamp, shallow_offset=h.last_offset)
+            merged.finalise()
+            cleaner.replace_segments([merged], [a, b])
+        writer.append_batches(keyed_batch([(b"k", b"after")]))
+        open_files = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                open_files.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass  # the descriptor listdir itself used
+        assert not any(p.endswith(".log (deleted)") for p in open_files)
+        assert [r.value for _, r in writer.iter_records()][-1] == b"after"
+    finally:
+        writer.close()
