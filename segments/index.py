@@ -386,17 +386,11 @@ class _EntryFile:
         return f"{type(self).__name__}({str(self.path)!r}, base_offset={self.base_offset}, entries={count})"
 
 
-# ---- offset index ---------------------------------------------------------------------------------------
+# ---- the two sparse indexes ------------------------------------------------------------------------------
 
 
-class OffsetIndex(_EntryFile):
-    """A segment's `.index`: sparse `(offset, position)` entries, offsets strictly increasing, positions not decreasing.
-
-    Opens `path` or creates it empty (unless `read_only`). `max_index_bytes` is `segment.index.bytes`.
-    """
-
-    _disk_dtype = fmt.OFFSET_INDEX_ENTRY_DTYPE
-    _columns = (("relative_offset", np.int32), ("position", np.int32))
+class _SparseIndex(_EntryFile):
+    """What `.index` and `.timeindex` share: opening from `segment.index.bytes` (`max_index_bytes`)."""
 
     def __init__(
         self,
@@ -411,10 +405,23 @@ class OffsetIndex(_EntryFile):
         super().__init__(
             path,
             base_offset,
-            entries_max=_entries_max(max_index_bytes, fmt.OFFSET_INDEX_ENTRY_DTYPE.itemsize),
+            entries_max=_entries_max(max_index_bytes, self._disk_dtype.itemsize),
             file_ops=file_ops,
             read_only=read_only,
         )
+
+
+# ---- offset index ---------------------------------------------------------------------------------------
+
+
+class OffsetIndex(_SparseIndex):
+    """A segment's `.index`: sparse `(offset, position)` entries, offsets strictly increasing, positions not decreasing.
+
+    Opens `path` or creates it empty (unless `read_only`). `max_index_bytes` is `segment.index.bytes`.
+    """
+
+    _disk_dtype = fmt.OFFSET_INDEX_ENTRY_DTYPE
+    _columns = (("relative_offset", np.int32), ("position", np.int32))
 
     @property
     def is_full(self) -> bool:
@@ -614,7 +621,7 @@ class OffsetIndex(_EntryFile):
 # ---- time index -------------------------------------------------------------------------------------------
 
 
-class TimeIndex(_EntryFile):
+class TimeIndex(_SparseIndex):
     """A segment's `.timeindex`: `(timestamp, offset)` entries, timestamps strictly increasing, offsets not decreasing.
 
     Opens `path` or creates it empty (unless `read_only`). `max_index_bytes` is `segment.index.bytes`.
@@ -622,24 +629,6 @@ class TimeIndex(_EntryFile):
 
     _disk_dtype = fmt.TIME_INDEX_ENTRY_DTYPE
     _columns = (("timestamp", np.int64), ("relative_offset", np.int32))
-
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        base_offset: int,
-        *,
-        max_index_bytes: int = fmt.SEGMENT_INDEX_BYTES_DEFAULT,
-        file_ops: FileOps = DEFAULT_FILE_OPS,
-        read_only: bool = False,
-    ) -> None:
-        self.max_index_bytes = max_index_bytes
-        super().__init__(
-            path,
-            base_offset,
-            entries_max=_entries_max(max_index_bytes, fmt.TIME_INDEX_ENTRY_DTYPE.itemsize),
-            file_ops=file_ops,
-            read_only=read_only,
-        )
 
     @property
     def is_full(self) -> bool:
