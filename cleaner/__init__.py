@@ -10,7 +10,7 @@ one-shot cleaner never import pyspark.
 from .config_file import ConfigFileError, LoadedConfig, load_config
 from .oneshot import PartitionOutcome, clean_partition, find_partitions
 from .round import CleaningAbortedError, RoundResult, clean_round
-from .settings import Settings, SettingError, TopicSettings
+from .settings import SettingError, Settings, TopicSettings
 
 __all__ = [
     "CleaningAbortedError",

@@ -1,7 +1,9 @@
-"""Compiled per-record loops of the recopy phase (numba, cached on disk).
+"""Compiled per-record loops of a cleaning round (numba, cached on disk).
 
-Owns `rebase_records`: copying kept v2 records into a new records region while rewriting each record's
-timestamp delta (when a rebuilt batch gets a new base timestamp: the first kept record's, or the delete
+Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), and the recopy
+phase's `assemble_batches` (verbatim copies, empty headers and uncompressed v2 rebuilds of one window),
+`copy_records` and `rebase_records` (copying kept v2 records into a new records region, rewriting each
+record's timestamp delta when a rebuilt batch gets a new base timestamp: the first kept record's, or the delete
 horizon). Every other field of a record is copied byte for byte. Inputs are trusted: they come from a scan
 that already validated the records.
 """
@@ -11,7 +13,31 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["rebase_records", "copy_records"]
+__all__ = ["assemble_batches", "copy_records", "mark_offsets", "offsets_marked", "rebase_records"]
+
+
+@numba.njit(cache=True, nogil=True)
+def mark_offsets(bits, start, offsets):
+    """Set the bit of every offset in [start, start + 8 * bits.size); other offsets (-1 included) are ignored."""
+    end = start + 8 * bits.size
+    for i in range(offsets.size):
+        o = offsets[i]
+        if start <= o < end:
+            d = o - start
+            bits[d >> 3] |= np.uint8(1 << (d & 7))
+
+
+@numba.njit(cache=True, nogil=True)
+def offsets_marked(bits, start, offsets, out):
+    """out[i] = 1 if offsets[i]'s bit is set, 0 if not, -1 if offsets[i] lies outside the bitmap."""
+    end = start + 8 * bits.size
+    for i in range(offsets.size):
+        o = offsets[i]
+        if start <= o < end:
+            d = o - start
+            out[i] = (bits[d >> 3] >> (d & 7)) & 1
+        else:
+            out[i] = -1
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

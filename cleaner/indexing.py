@@ -8,6 +8,14 @@ between segments (KAFKA-8764), so a fully indexed section ends at `first_unclean
 
 When the map fills, indexing stops at the last record that fit (possibly inside a batch, so even a tiny
 map always makes progress) and the round cleans up to there; the next round continues from it.
+
+While inserting, the map reports the offset each record replaces: those offsets are superseded (a later record
+of the dirty section has the same key), which is all the recopy phase needs to know of an indexed record, so it
+does not hash and look it up a second time. They go into `SupersededOffsets`, a bitmap over the dirty
+section's offsets (one bit an offset; at most one byte per key the map admits, under 4% of the map's memory;
+a dirty section with gaps so wide that its offsets outrun that is covered from its start and the rest is
+looked up in the map as before). CRCs are not checked again here: the survey checked every batch of the
+inactive segments this round, and the cleaner lock keeps them unchanged since.
 """
 
 from __future__ import annotations
@@ -20,13 +28,37 @@ import numpy as np
 
 from offsetmap import OffsetMap, hash_key_spans
 from segments.log import PartitionLog
-from segments.scan import ScanBuffers
+from segments.readahead import WindowRing, read_ahead
 
-from .survey import LogSurvey
+from ._kernels import mark_offsets, offsets_marked
+from .survey import WINDOW_BYTES, LogSurvey
 
-__all__ = ["IndexResult", "build_offset_map"]
+__all__ = ["IndexResult", "SupersededOffsets", "build_offset_map"]
 
-WINDOW_BYTES = 16 * 1024 * 1024
+
+class SupersededOffsets:
+    """Which offsets of [start, start + span) a later indexed record of the same key supersedes (a bitmap)."""
+
+    __slots__ = ("bits", "start")
+
+    def __init__(self, start: int, span: int) -> None:
+        self.start = start
+        self.bits = np.zeros((max(span, 0) + 7) // 8, dtype=np.uint8)
+
+    @property
+    def end(self) -> int:
+        """First offset past the bitmap."""
+        return self.start + 8 * len(self.bits)
+
+    def mark(self, offsets: np.ndarray) -> None:
+        """Mark `offsets` superseded (those outside the bitmap, and -1, are ignored)."""
+        mark_offsets(self.bits, self.start, np.ascontiguousarray(offsets, dtype=np.int64))
+
+    def marked(self, offsets: np.ndarray) -> np.ndarray:
+        """int8 per offset: 1 superseded, 0 not, -1 outside the bitmap (the map must be asked)."""
+        out = np.empty(len(offsets), dtype=np.int8)
+        offsets_marked(self.bits, self.start, np.ascontiguousarray(offsets, dtype=np.int64), out)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +71,7 @@ class IndexResult:
     bytes_read: int
     map_full: bool
     elapsed_s: float
+    superseded: SupersededOffsets
 
 
 def _hashes_in_order(result, records: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -57,6 +90,26 @@ def _hashes_in_order(result, records: np.ndarray, seed: int) -> tuple[np.ndarray
     return h1, h2
 
 
+def _hashed_windows(segments, survey: LogSurvey, first_dirty: int, first_uncleanable: int, seed: int, ring: WindowRing):
+    """(k, scan result, records to index, their h1, h2) per window of the dirty section, then (k, None, ...)
+    once segment k is done; runs on the read-ahead thread (reads, scans and hashes, all outside the GIL)."""
+    for k, segment in enumerate(segments):
+        found = segment.translate_offset(first_dirty) if segment.base_offset <= first_dirty else None
+        for _, result in segment.scan_windows(
+            found[0] if found is not None else 0, window_bytes=ring.window_bytes, ring=ring, verify_crc=False
+        ):
+            aborted = survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional)
+            eligible = ~result.is_control & ~aborted
+            offsets = result.offset
+            selected = np.nonzero(
+                eligible[result.batch_index] & (offsets >= first_dirty) & (offsets < first_uncleanable)
+                & (result.key_len >= 0)
+            )[0]
+            h1, h2 = _hashes_in_order(result, selected, seed) if len(selected) else (None, None)
+            yield k, result, selected, h1, h2
+        yield k, None, None, None, None
+
+
 def build_offset_map(
     log: PartitionLog,
     survey: LogSurvey,
@@ -66,51 +119,46 @@ def build_offset_map(
     *,
     check_abort: Callable[[], None] = lambda: None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
+    ring: WindowRing | None = None,
 ) -> IndexResult:
     """Fill `offset_map` (cleared by the caller) from the dirty section; see the module docstring.
 
     `check_abort` is called at each window (it raises to abort the round); `on_bytes(n, "read")` is told the
-    bytes read (the I/O throttle). Raises `CorruptRecordError` naming the file and position.
+    bytes read (the I/O throttle); `ring` holds the read buffers (a new one if None). Raises
+    `CorruptRecordError` naming the file and position.
     """
     started = time.monotonic()
     records_indexed = records_read = bytes_read = 0
     map_full = False
-    buffers = ScanBuffers()
-    read_buffer = np.empty(WINDOW_BYTES, dtype=np.uint8)
+    superseded = SupersededOffsets(first_dirty, min(first_uncleanable - first_dirty, 8 * offset_map.active_capacity))
     segments = [s for s in log.segments if s.base_offset < first_uncleanable and s.read_next_offset() > first_dirty]
-    for k, segment in enumerate(segments):
-        found = segment.translate_offset(first_dirty) if segment.base_offset <= first_dirty else None
-        for _, result in segment.scan_windows(
-            found[0] if found is not None else 0, window_bytes=WINDOW_BYTES, buffers=buffers, read_buffer=read_buffer
-        ):
-            check_abort()
-            pos = result.start_position
-            bytes_read += result.end_position - pos
-            on_bytes(result.end_position - pos, "read")
-            records_read += result.n_records
-            bi = result.batch_index
-            aborted = survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional)
-            eligible = ~result.is_control & ~aborted
-            offsets = result.offset
-            selected = np.nonzero(
-                eligible[bi] & (offsets >= first_dirty) & (offsets < first_uncleanable) & (result.key_len >= 0)
-            )[0]
-            if len(selected):
-                h1, h2 = _hashes_in_order(result, selected, offset_map.seed)
-                consumed = offset_map.insert_hashes(h1, h2, offsets[selected])
-                records_indexed += consumed
-                if consumed < len(selected):
-                    map_full = True
-                    break
-            last = int(result.last_offset[-1])
-            if last >= first_dirty and last >= offset_map.latest_offset:
-                offset_map.advance_latest_offset(min(last, first_uncleanable - 1))
-        if map_full:
-            break
-        # The whole segment is indexed: skip the offset gap up to the next segment (KAFKA-8764).
-        next_base = segments[k + 1].base_offset if k + 1 < len(segments) else first_uncleanable
-        gap_end = min(next_base, first_uncleanable) - 1
-        if gap_end >= max(offset_map.latest_offset, first_dirty):
-            offset_map.advance_latest_offset(gap_end)
+    ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
+    windows = _hashed_windows(segments, survey, first_dirty, first_uncleanable, offset_map.seed, ring)
+    for k, result, selected, h1, h2 in read_ahead(windows, name="index-read-ahead"):
+        if result is None:
+            # Segment k is indexed whole: skip the offset gap up to the next segment (KAFKA-8764).
+            next_base = segments[k + 1].base_offset if k + 1 < len(segments) else first_uncleanable
+            gap_end = min(next_base, first_uncleanable) - 1
+            if gap_end >= max(offset_map.latest_offset, first_dirty):
+                offset_map.advance_latest_offset(gap_end)
+            continue
+        check_abort()
+        pos = result.start_position
+        bytes_read += result.end_position - pos
+        on_bytes(result.end_position - pos, "read")
+        records_read += result.n_records
+        if len(selected):
+            previous = np.empty(len(selected), dtype=np.int64)
+            consumed = offset_map.insert_hashes(h1, h2, result.offset[selected], previous=previous)
+            superseded.mark(previous[:consumed])
+            records_indexed += consumed
+            if consumed < len(selected):
+                map_full = True
+                break
+        last = int(result.last_offset[-1])
+        if last >= first_dirty and last >= offset_map.latest_offset:
+            offset_map.advance_latest_offset(min(last, first_uncleanable - 1))
     end = offset_map.latest_offset + 1 if offset_map.latest_offset >= first_dirty else first_dirty
-    return IndexResult(end, records_indexed, records_read, bytes_read, map_full, time.monotonic() - started)
+    return IndexResult(
+        end, records_indexed, records_read, bytes_read, map_full, time.monotonic() - started, superseded
+    )

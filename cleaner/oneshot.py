@@ -17,10 +17,12 @@ from pathlib import Path
 from offsetmap import OffsetMap, per_thread_memory_bytes
 from segments.errors import SegmentError
 from segments.log import PartitionLog, parse_partition_dir_name
+from segments.readahead import WindowRing
 from segments.recovery import parse_segment_file_name
 
 from .round import RoundResult, clean_round
 from .settings import Settings
+from .survey import WINDOW_BYTES
 
 __all__ = ["PartitionOutcome", "clean_partition", "find_partitions", "NEVER_CLEANED_TOPICS"]
 
@@ -117,6 +119,7 @@ def clean_partition(
         memory = per_thread_memory_bytes(broker["log.cleaner.dedupe.buffer.size"], broker["log.cleaner.threads"])
         offset_map = OffsetMap(memory, broker["log.cleaner.io.buffer.load.factor"])
     config = topic.log_config()
+    ring = WindowRing(WINDOW_BYTES)  # the rounds of a partition reuse one set of read buffers
     try:
         with PartitionLog.open(directory, mode="cleaner", config=config) as plog:
             start = forced_from
@@ -131,6 +134,7 @@ def clean_partition(
                     forced_to=forced_to,
                     dry_run=dry_run,
                     on_bytes=on_bytes,
+                    ring=ring,
                 )
                 outcome.rounds.append(result)
                 if result.done or once or dry_run or result.end_offset <= result.first_dirty:

@@ -26,12 +26,14 @@ from pathlib import Path
 from offsetmap import OffsetMap, per_thread_memory_bytes
 from segments.errors import LockTimeoutError
 from segments.log import PartitionLog
+from segments.readahead import WindowRing
 
 from .idle import maintain_idle_logs
 from .manager import Candidate, CleanerManager
 from .metrics import CleanerMetrics
 from .retention import apply_retention
 from .round import CleaningAbortedError, clean_round
+from .survey import WINDOW_BYTES
 from .throttle import DeviceThrottles
 
 __all__ = ["CleanerPool"]
@@ -131,6 +133,7 @@ class CleanerPool:
     def _run(self, index: int) -> None:
         offset_map = None
         map_memory = 0
+        ring = WindowRing(WINDOW_BYTES)  # this thread's read buffers, reused round after round like its map
         while not self._stopping.is_set():
             if index >= self.threads_wanted:
                 return
@@ -152,7 +155,7 @@ class CleanerPool:
                     log.exception("idle-log maintenance failed")
                 self._stopping.wait(broker["log.cleaner.backoff.ms"] / 1000.0)
                 continue
-            self._clean(index, candidate, offset_map)
+            self._clean(index, candidate, offset_map, ring)
 
     def _retention_if_due(self, interval_ms: int) -> None:
         """Retention of compacted logs (`compact,delete`, segments below log start), once per interval."""
@@ -180,7 +183,7 @@ class CleanerPool:
             finally:
                 self.manager.end_maintenance(status.directory)
 
-    def _clean(self, index: int, candidate: Candidate, offset_map: OffsetMap) -> None:
+    def _clean(self, index: int, candidate: Candidate, offset_map: OffsetMap, ring: WindowRing) -> None:
         directory = candidate.directory
         device = os.stat(candidate.log_dir).st_dev
         throttle = self.throttles.for_path(candidate.log_dir)
@@ -209,6 +212,7 @@ class CleanerPool:
                     force_recopy=candidate.force_recopy,
                     check_abort=check_abort,
                     on_bytes=on_bytes,
+                    ring=ring,
                 )
             self.manager.done_cleaning(directory, result, result.next_delete_horizon_ms)
             self.metrics.record_round(index, result)

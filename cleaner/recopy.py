@@ -26,6 +26,10 @@ batch makes that range cover the whole group, so a crash mid-swap leaves each gr
 A legacy (v0/v1) batch cannot be emptied, so a group's last batch, if legacy, is kept whole: a superseded
 record or an expired legacy tombstone may then survive at a group's end, which compaction allows.
 
+Whether a record is the latest for its key: for a record the index phase inserted, whether a later record
+replaced it (`indexing.SupersededOffsets`, no hashing); for any other record (the clean section, or past the
+bitmap), a lookup of its key's hash in the map. CRCs are not checked again here (the survey checked them).
+
 All decisions are numpy over a window's scan arrays; Python loops only per batch that must be rebuilt.
 """
 
@@ -42,17 +46,16 @@ from offsetmap import OffsetMap, hash_key_spans
 from segments import format as fmt
 from segments.legacy import encode_legacy_wrapper
 from segments.log import PartitionLog
+from segments.readahead import WindowRing, read_ahead
 from segments.records import Record, batch_crc, encode_batch_from_region
-from segments.scan import ScanBuffers
 from segments.segment import LogSegment
 from segments.txnindex import AbortedTxn
 
 from ._kernels import assemble_batches, copy_records, rebase_records
-from .survey import LogSurvey
+from .indexing import SupersededOffsets
+from .survey import WINDOW_BYTES, LogSurvey
 
 __all__ = ["RecopyContext", "RecopyStats", "clean_group", "group_segments"]
-
-WINDOW_BYTES = 16 * 1024 * 1024
 
 ACTION_DROP = 0
 ACTION_VERBATIM = 1
@@ -71,6 +74,7 @@ class RecopyContext:
     delete_retention_ms: int
     legacy_delete_horizon_ms: int
     producer_expiration_ms: int
+    superseded: SupersededOffsets | None = None  # the index phase's superseded offsets (None: ask the map)
     dry_run: bool = False
 
 
@@ -227,8 +231,14 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
     offsets = result.offset
     beyond = offsets > ctx.latest_offset
     keyed = result.key_len >= 0
-    lookup = np.nonzero(keyed & ~beyond & ~control[bi])[0]
-    latest_for_key = np.full(result.n_records, -1, dtype=np.int64)
+    candidates = np.nonzero(keyed & ~beyond & ~control[bi])[0]
+    is_latest = np.zeros(result.n_records, dtype=bool)
+    if ctx.superseded is not None and len(candidates):
+        marked = ctx.superseded.marked(offsets[candidates])
+        is_latest[candidates[marked == 0]] = True
+        lookup = candidates[marked < 0]
+    else:
+        lookup = candidates
     if len(lookup):
         in_arena = result.record_in_arena[lookup] if len(result.arena) else np.zeros(len(lookup), dtype=bool)
         for flag, source in ((False, result.buffer), (True, result.arena)):
@@ -236,12 +246,12 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
             if len(sel):
                 r = lookup[sel]
                 h1, h2 = hash_key_spans(source, result.key_pos[r], result.key_len[r], ctx.offset_map.seed)
-                latest_for_key[r] = ctx.offset_map.lookup_hashes(h1, h2)
+                is_latest[r] = offsets[r] >= ctx.offset_map.lookup_hashes(h1, h2)
     tombstone = result.value_len < 0
     retain_tombstone = np.where(v2, ~has_horizon | (ctx.now_ms < horizon), retain_tombstones_legacy)
     live = ~discard_records[bi]
     keep = live & (
-        control[bi] | beyond | (keyed & (offsets >= latest_for_key) & (~tombstone | retain_tombstone[bi]))
+        control[bi] | beyond | (is_latest & (~tombstone | retain_tombstone[bi]))
     )
     invalid = int(np.count_nonzero(live & ~control[bi] & ~beyond & ~keyed))
     kept = np.bincount(bi, weights=keep, minlength=n).astype(np.int64)
@@ -372,11 +382,12 @@ def clean_group(
     *,
     check_abort: Callable[[], None] = lambda: None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
+    ring: WindowRing | None = None,
 ) -> LogSegment | None:
     """Write the `.cleaned` segment replacing `group` (fsynced, mtime of the group's last segment).
 
     Returns it unswapped (None in a dry run). On any error the `.cleaned` files are removed and the error
-    propagates; the log itself is untouched.
+    propagates; the log itself is untouched. `ring` holds the read buffers (a new one if None).
     """
     started = time.monotonic()
     cleaned = None if ctx.dry_run else log.new_cleaned_segment(group[0].base_offset)
@@ -386,40 +397,33 @@ def clean_group(
             if seg.paths.txnindex.exists():
                 for txn in seg.txn_index.all_aborted():
                     original_txns[(txn.producer_id, txn.last_offset)] = txn
-        nonempty = [k for k, s in enumerate(group) if s.size_bytes > 0]
-        last_nonempty = nonempty[-1] if nonempty else -1
         kept_markers: list[int] = []
-        buffers = ScanBuffers()
-        read_buffer = np.empty(WINDOW_BYTES, dtype=np.uint8)
         output = _OutputBuffer()
-        for k, seg in enumerate(group):
-            retain_legacy_tombstones = seg.last_modified_ns() // 1_000_000 > ctx.legacy_delete_horizon_ms
-            size = seg.size_bytes
-            for _, result in seg.scan_windows(window_bytes=WINDOW_BYTES, buffers=buffers, read_buffer=read_buffer):
-                check_abort()
-                pos = result.start_position
-                read = result.end_position - pos
-                stats.bytes_read += read
-                on_bytes(read, "read")
-                stats.records_read += result.n_records
-                stats.batches_read += result.n_batches
-                group_last = result.n_batches - 1 if (k == last_nonempty and result.end_position == size) else -1
-                action, keep, needs_horizon, invalid = _decide(result, ctx, retain_legacy_tombstones, group_last)
-                _note_horizons(stats, result, action, needs_horizon, ctx)
-                stats.invalid_records += invalid
-                stats.records_written += int(np.count_nonzero(keep))
-                written, batches = _window_output(result, ctx, action, keep, needs_horizon, stats, output)
-                stats.batches_written += batches
-                kept_control = np.nonzero(result.is_control & (action != ACTION_DROP))[0]
-                kept_markers.extend(int(result.base_offset[j]) for j in kept_control.tolist())
-                if batches:
-                    stats.bytes_written += written
-                    on_bytes(written, "write")
-                    if cleaned is not None:
-                        cleaned.append_batches(
-                            memoryview(output.data)[:written], output.positions[:batches],
-                            output.last_offsets[:batches], output.max_timestamps[:batches],
-                        )
+        for result, action, keep, needs_horizon, invalid in read_ahead(
+            _decided_windows(group, ctx, ring if ring is not None else WindowRing(WINDOW_BYTES)),
+            name="recopy-read-ahead",
+        ):
+            check_abort()
+            read = result.end_position - result.start_position
+            stats.bytes_read += read
+            on_bytes(read, "read")
+            stats.records_read += result.n_records
+            stats.batches_read += result.n_batches
+            _note_horizons(stats, result, action, needs_horizon, ctx)
+            stats.invalid_records += invalid
+            stats.records_written += int(np.count_nonzero(keep))
+            written, batches = _window_output(result, ctx, action, keep, needs_horizon, stats, output)
+            stats.batches_written += batches
+            kept_control = np.nonzero(result.is_control & (action != ACTION_DROP))[0]
+            kept_markers.extend(int(result.base_offset[j]) for j in kept_control.tolist())
+            if batches:
+                stats.bytes_written += written
+                on_bytes(written, "write")
+                if cleaned is not None:
+                    cleaned.append_batches(
+                        memoryview(output.data)[:written], output.positions[:batches],
+                        output.last_offsets[:batches], output.max_timestamps[:batches],
+                    )
         if cleaned is not None:
             _write_txn_index(cleaned, group, kept_markers, original_txns, ctx.survey)
             cleaned.finalise()
@@ -432,6 +436,19 @@ def clean_group(
         raise
     finally:
         stats.elapsed_s += time.monotonic() - started
+
+
+def _decided_windows(group: list[LogSegment], ctx: RecopyContext, ring: WindowRing):
+    """(scan result, actions, keep mask, needs horizon, invalid count) per window of `group`, in order; runs on
+    the read-ahead thread (reads, scans and decides; the map and the survey are only read in this phase)."""
+    nonempty = [k for k, s in enumerate(group) if s.size_bytes > 0]
+    last_nonempty = nonempty[-1] if nonempty else -1
+    for k, seg in enumerate(group):
+        retain_legacy_tombstones = seg.last_modified_ns() // 1_000_000 > ctx.legacy_delete_horizon_ms
+        size = seg.size_bytes
+        for _, result in seg.scan_windows(window_bytes=ring.window_bytes, ring=ring, verify_crc=False):
+            group_last = result.n_batches - 1 if (k == last_nonempty and result.end_position == size) else -1
+            yield (result, *_decide(result, ctx, retain_legacy_tombstones, group_last))
 
 
 def _note_horizons(stats: RecopyStats, result, action, needs_horizon, ctx: RecopyContext) -> None:

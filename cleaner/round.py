@@ -22,12 +22,13 @@ from dataclasses import asdict, dataclass
 from offsetmap import OffsetMap
 from segments.checkpoint import CLEANER_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
 from segments.log import PartitionLog
+from segments.readahead import WindowRing
 
 from .cleanable import CleanableRange, cleanable_range
 from .indexing import build_offset_map
 from .recopy import RecopyContext, RecopyStats, clean_group, group_segments
 from .settings import TopicSettings
-from .survey import survey_log
+from .survey import WINDOW_BYTES, survey_log
 
 __all__ = ["CleaningAbortedError", "RoundResult", "clean_round"]
 
@@ -109,19 +110,22 @@ def clean_round(
     seed: int | None = None,
     check_abort: Callable[[], None] = lambda: None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
+    ring: WindowRing | None = None,
 ) -> RoundResult:
     """Clean `log_` (opened in cleaner mode) once; see the module docstring.
 
     The map is reset with `seed` (random when None) so that a rare 128-bit hash collision does not repeat
     round after round. With `force_recopy`, a log with no dirty section still has its clean section
     recopied, so tombstones and markers whose delete horizon has passed go (Kafka never revisits such a
-    log until new writes make it dirty). Raises `CorruptRecordError`, `CleaningAbortedError` (from `check_abort`), or
+    log until new writes make it dirty). `ring` holds the read buffers of the round's windows; a cleaner
+    thread passes the same one every round, as it does its map, so rounds reuse memory. Raises `CorruptRecordError`, `CleaningAbortedError` (from `check_abort`), or
     `OSError`; the log then holds every group either old or new and the checkpoint is unchanged.
     """
     started = time.monotonic()
+    ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
     log_.refresh(force=True)
     size_before = log_.size_bytes
-    survey = survey_log(log_)
+    survey = survey_log(log_, ring)
     survey_s = time.monotonic() - started
     on_bytes(survey.bytes_read, "read")
     checkpoint = log_.read_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT)
@@ -144,9 +148,11 @@ def clean_round(
         log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, rng.first_dirty)
     if rng.empty and not (force_recopy and rng.first_dirty > rng.log_start_offset):
         return _result(log_, rng, None, None, RecopyStats(), dry_run, size_before, survey_s, 0.0, started, offset_map)
-    offset_map.reset(random.getrandbits(32) if seed is None else seed)
+    # The dirty section's offset span bounds its keys: a small section probes (and touches) a small table.
+    offset_map.reset(random.getrandbits(32) if seed is None else seed, expected_keys=rng.first_uncleanable - rng.first_dirty)
     index = build_offset_map(
-        log_, survey, offset_map, rng.first_dirty, rng.first_uncleanable, check_abort=check_abort, on_bytes=on_bytes
+        log_, survey, offset_map, rng.first_dirty, rng.first_uncleanable, check_abort=check_abort, on_bytes=on_bytes,
+        ring=ring,
     )
     segments = log_.segments
     clean_section = [s for s in segments if s.base_offset < rng.first_dirty]
@@ -159,6 +165,7 @@ def clean_round(
         delete_retention_ms=topic.delete_retention_ms,
         legacy_delete_horizon_ms=legacy_horizon,
         producer_expiration_ms=producer_expiration_ms,
+        superseded=index.superseded,
         dry_run=dry_run,
     )
     stats = RecopyStats()
@@ -170,7 +177,7 @@ def clean_round(
         segment_index_bytes=topic.segment_index_bytes,
     )
     for group in groups:
-        cleaned = clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes)
+        cleaned = clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes, ring=ring)
         if cleaned is not None:
             log_.replace_segments([cleaned], group)
     if not dry_run:

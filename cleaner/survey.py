@@ -22,11 +22,12 @@ import numpy as np
 from segments import format as fmt
 from segments.errors import CorruptRecordError
 from segments.log import PartitionLog
+from segments.readahead import WindowRing, read_ahead
 from segments.records import decode_batch, decode_control_key
 
-__all__ = ["LogSurvey", "ProducerState", "SegmentSurvey", "Transaction", "survey_log"]
+__all__ = ["WINDOW_BYTES", "LogSurvey", "ProducerState", "SegmentSurvey", "Transaction", "survey_log"]
 
-_WINDOW_BYTES = 32 * 1024 * 1024
+WINDOW_BYTES = 16 * 1024 * 1024  # one window of a round's reads (survey, index and recopy alike)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,44 +142,56 @@ class LogSurvey:
         return out
 
 
-def survey_log(log: PartitionLog) -> LogSurvey:
+def _checked_windows(segments, ring: WindowRing):
+    """(segment index, window, header scan) per window, then (index, None, None) at each segment's end; runs
+    on the read-ahead thread. CRCs are checked except in the active segment (the last)."""
+    for i, segment in enumerate(segments):
+        active = i == len(segments) - 1
+        for window, result in segment.scan_windows(
+            window_bytes=ring.window_bytes, verify_crc=not active, headers_only=True, stop_at_invalid=active,
+            ring=ring,
+        ):
+            yield i, window, result
+        yield i, None, None
+
+
+def survey_log(log: PartitionLog, ring: WindowRing | None = None) -> LogSurvey:
     """Survey every segment of `log` (a cleaner- or reader-mode log) in offset order.
 
-    Raises `CorruptRecordError` (file, position) for an invalid batch in an inactive segment, or an
-    incomplete batch at the end of one.
+    `ring` holds the read buffers (a new two-set ring if None). Raises `CorruptRecordError` (file, position)
+    for an invalid batch in an inactive segment, or an incomplete batch at the end of one.
     """
+    ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
     segments = log.segments
     producers: dict[int, ProducerState] = {}
     transactions: list[Transaction] = []
     surveys: list[SegmentSurvey] = []
     bytes_read = 0
-    read_buffer = np.empty(_WINDOW_BYTES, dtype=np.uint8)
-    for i, segment in enumerate(segments):
-        active = i == len(segments) - 1
-        largest_ts = -1
-        first_ts = -1
-        next_offset = segment.base_offset
-        size = segment.size_bytes
-        for window, result in segment.scan_windows(
-            window_bytes=_WINDOW_BYTES, verify_crc=not active, headers_only=True, stop_at_invalid=active,
-            read_buffer=read_buffer,
-        ):
-            bytes_read += result.end_position - result.start_position
-            if first_ts == -1 and result.start_position == 0:
-                first_ts = int(result.max_timestamp[0])
-            largest_ts = max(largest_ts, int(result.max_timestamp.max()))
-            next_offset = int(result.last_offset[-1]) + 1
-            _track_producers(result, window, producers, transactions, segment.paths.log)
-        surveys.append(
-            SegmentSurvey(
-                base_offset=segment.base_offset,
-                size_bytes=size,
-                largest_timestamp=largest_ts,
-                first_batch_timestamp=first_ts,
-                next_offset=next_offset,
-                last_modified_ms=os.stat(segment.paths.log).st_mtime_ns // 1_000_000,
+    sizes = [segment.size_bytes for segment in segments]
+    largest_ts = first_ts = -1
+    next_offset = segments[0].base_offset if segments else 0
+    for i, window, result in read_ahead(_checked_windows(segments, ring), name="survey-read-ahead"):
+        segment = segments[i]
+        if result is None:  # segment i is done
+            surveys.append(
+                SegmentSurvey(
+                    base_offset=segment.base_offset,
+                    size_bytes=sizes[i],
+                    largest_timestamp=largest_ts,
+                    first_batch_timestamp=first_ts,
+                    next_offset=next_offset,
+                    last_modified_ms=os.stat(segment.paths.log).st_mtime_ns // 1_000_000,
+                )
             )
-        )
+            largest_ts = first_ts = -1
+            next_offset = segments[i + 1].base_offset if i + 1 < len(segments) else 0
+            continue
+        bytes_read += result.end_position - result.start_position
+        if first_ts == -1 and result.start_position == 0:
+            first_ts = int(result.max_timestamp[0])
+        largest_ts = max(largest_ts, int(result.max_timestamp.max()))
+        next_offset = int(result.last_offset[-1]) + 1
+        _track_producers(result, window, producers, transactions, segment.paths.log)
     for state in producers.values():
         if state.open_txn_first_offset >= 0:
             transactions.append(

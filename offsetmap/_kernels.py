@@ -19,8 +19,9 @@ invalidate every cached kernel together.
 
 Table layout (see also `map.py`): one C-contiguous uint64 array of `3 * slots` words, 64-byte aligned, slot `s`
 at words `3s, 3s+1, 3s+2` = (h1, h2, offset), 24 bytes. A slot is empty when its offset word is
-`EMPTY_OFFSET_WORD` (all ones, -1 as int64); Kafka offsets are never negative, and the hash words of an empty
-slot are never compared, so every 128-bit hash, including (0, 0), is a valid key.
+`EMPTY_OFFSET_WORD` (0); an occupied slot stores `offset + 1` (Kafka offsets are never negative), so a table of
+fresh zero pages is an empty table and clearing one can hand its pages back to the kernel (`map.py`). The hash
+words of an empty slot are never compared, so every 128-bit hash, including (0, 0), is a valid key.
 
 Probing: slots are grouped into buckets of `BUCKET_SLOTS` = 8 consecutive slots (192 bytes, exactly three
 cache lines because the table is 64-byte aligned). A key has two candidate buckets, chosen by the high 32 bits
@@ -79,7 +80,8 @@ __all__ = [
 
 WORDS_PER_SLOT = 3  # h1, h2, offset: 3 x 8 = 24 bytes per slot
 BUCKET_SLOTS = 8  # 8 x 24 = 192 bytes = three 64-byte cache lines
-EMPTY_OFFSET_WORD = np.uint64(0xFFFF_FFFF_FFFF_FFFF)  # offset word of an empty slot (-1 as int64)
+EMPTY_OFFSET_WORD = np.uint64(0)  # offset word of an empty slot; an occupied one holds offset + 1
+_ONE = np.uint64(1)
 PREFETCH_DISTANCE = 16  # entries ahead; on the bench machine 8, 16 and 32 measured alike
 
 STATUS_UPDATED = 0  # the key was present; its offset was overwritten
@@ -369,7 +371,7 @@ def _lookup_one(table, slots, buckets_choice, buckets_all, a, b):
     found, _ = _find(table, slots, buckets_choice, buckets_all, a, b)
     if found < 0:
         return np.int64(-1)
-    return np.int64(table[found * WORDS_PER_SLOT + 2])
+    return np.int64(table[found * WORDS_PER_SLOT + 2] - _ONE)
 
 
 # The insert loops below spell out find / overwrite / fill-limit / store inline rather than calling a helper
@@ -381,11 +383,11 @@ def put_one(table, slots, buckets_choice, buckets_all, a, b, offset, size, capac
     """Insert or overwrite one hash; returns (status, new size)."""
     found, free = _find(table, slots, buckets_choice, buckets_all, a, b)
     if found >= 0:
-        table[found * WORDS_PER_SLOT + 2] = np.uint64(offset)
+        table[found * WORDS_PER_SLOT + 2] = np.uint64(offset) + _ONE
         return STATUS_UPDATED, size
     if size >= capacity or free < 0:  # free < 0 only when every slot is taken, i.e. size == slots
         return STATUS_FULL, size
-    _store(table, free, a, b, np.uint64(offset))
+    _store(table, free, a, b, np.uint64(offset) + _ONE)
     return STATUS_INSERTED, size + 1
 
 
@@ -396,9 +398,14 @@ def get_one(table, slots, buckets_choice, buckets_all, a, b):
 
 
 @numba.njit(cache=True, nogil=True)
-def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, size, capacity):
-    """Insert entries in order until one new key does not fit; returns (entries consumed, new size)."""
+def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, size, capacity, previous):
+    """Insert entries in order until one new key does not fit; returns (entries consumed, new size).
+
+    When `previous` has an element per entry, previous[i] is set, for each consumed entry, to the offset the
+    entry replaced (-1 for a new key); an empty `previous` asks for nothing.
+    """
     n = h1.size
+    track = previous.size > 0
     for j in range(min(n, PREFETCH_DISTANCE)):
         _prefetch_key(table, buckets_choice, h1[j], h2[j])
     for i in range(n):
@@ -409,11 +416,16 @@ def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, si
         b = h2[i]
         found, free = _find(table, slots, buckets_choice, buckets_all, a, b)
         if found >= 0:
-            table[found * WORDS_PER_SLOT + 2] = np.uint64(offsets[i])
+            word = found * WORDS_PER_SLOT + 2
+            if track:
+                previous[i] = np.int64(table[word] - _ONE)
+            table[word] = np.uint64(offsets[i]) + _ONE
             continue
         if size >= capacity or free < 0:
             return i, size
-        _store(table, free, a, b, np.uint64(offsets[i]))
+        if track:
+            previous[i] = -1
+        _store(table, free, a, b, np.uint64(offsets[i]) + _ONE)
         size += 1
     return n, size
 
@@ -473,11 +485,11 @@ def insert_spans(
             continue
         found, free = _find(table, slots, buckets_choice, buckets_all, a, b)
         if found >= 0:
-            table[found * WORDS_PER_SLOT + 2] = np.uint64(offsets[i])
+            table[found * WORDS_PER_SLOT + 2] = np.uint64(offsets[i]) + _ONE
             continue
         if size >= capacity or free < 0:
             return i, size
-        _store(table, free, a, b, np.uint64(offsets[i]))
+        _store(table, free, a, b, np.uint64(offsets[i]) + _ONE)
         size += 1
     return n, size
 

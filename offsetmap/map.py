@@ -30,16 +30,29 @@ Semantics, matched to Kafka's `SkimpyOffsetMap` + `Cleaner.buildOffsetMap`:
 * Kafka refuses to start a cleaner whose map cannot hold more than one key (`slots x load_factor > 1`); the
   constructor applies the same rule.
 
-Memory: one uint64 table of `3 x slots` words, `nbytes == slots x 24` exactly, allocated once in the
-constructor and reused by `clear`/`reset`; the allocation carries at most 63 further bytes so the table can
-start on a 64-byte cache-line boundary (a bucket of 8 slots is then exactly three cache lines). Apart from the
-arrays a caller passes in and the lookup results it asks for, calls allocate only a fixed 256-byte ring.
+Memory: one uint64 table of `3 x slots` words, `nbytes == slots x 24` exactly, reserved once in the
+constructor as an anonymous private mapping (page-aligned, so a bucket of 8 slots is exactly three cache lines)
+and reused by `clear`/`reset`. An empty slot is all zero bits, so the fresh mapping is an empty table that costs
+no memory until a slot is written; the mapping asks for transparent huge pages (`MADV_HUGEPAGE`: 512x fewer page
+faults and TLB misses on random probes), and `clear` hands the written pages back to the kernel
+(`MADV_DONTNEED`; they read as zeros again) instead of writing zeros over the whole table. So a daemon's
+resident memory between rounds holds no map, and a round pays only for the pages it touches. Where `madvise` is
+not available the table is filled with zeros instead.
+
+Per round, `reset(seed, expected_keys)` may narrow the probing to the first `active_slots` slots, enough for
+`expected_keys` new keys under the load factor (the cleaner passes the dirty section's offset span, an upper
+bound on its keys): a round over a small dirty section then touches a small part of the table, its probes stay
+in fewer pages, and it admits at least `expected_keys` keys, so it stops no earlier than with the whole table.
+`slots`, `capacity` and `utilization` describe the whole table whatever the active part (utilization is what
+tells an operator whether the dedupe buffer is big enough). Apart from the arrays a caller passes in and the
+lookup results it asks for, calls allocate only a fixed 256-byte ring.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import mmap
 import numbers
 import operator
 
@@ -66,6 +79,7 @@ LOAD_FACTOR_DEFAULT = 0.9  # Kafka's log.cleaner.io.buffer.load.factor default
 PER_THREAD_MEMORY_BYTES_MAX = 2**31 - 1  # Kafka caps each thread's share of the dedupe buffer at Int.MaxValue
 SLOTS_MAX = 2**32 - 1  # bucket choice reduces 32 hash bits; ~103 GB, far above any per-thread budget
 _TABLE_ALIGN_BYTES = 64
+_NO_PREVIOUS = np.empty(0, dtype=np.int64)  # insert_hashes' "track nothing"
 
 
 def per_thread_memory_bytes(dedupe_buffer_bytes: int, threads: int) -> int:
@@ -124,9 +138,13 @@ class OffsetMap:
     """
 
     __slots__ = (
+        "_active",
+        "_active_capacity",
+        "_active_slots",
         "_buckets_all",
         "_buckets_choice",
         "_capacity",
+        "_mapping",
         "_latest_offset",
         "_load_factor",
         "_memory_bytes",
@@ -166,12 +184,10 @@ class OffsetMap:
         self._load_factor = factor
         self._slots = slots
         self._capacity = _capacity(slots, factor)
-        self._buckets_choice = np.uint64(max(1, slots // _kernels.BUCKET_SLOTS))
-        self._buckets_all = -(-slots // _kernels.BUCKET_SLOTS)
-        self._table = _allocate_table(slots)
+        self._mapping, self._table = _allocate_table(slots)
         self._size = 0
         self._latest_offset = -1
-        self.clear()
+        self._use_slots(slots)
 
     # -------------------------------------------------------------------------------------------- read-only
 
@@ -193,6 +209,16 @@ class OffsetMap:
     def capacity(self) -> int:
         """Distinct keys one round may index: `floor(slots x load_factor)`."""
         return self._capacity
+
+    @property
+    def active_slots(self) -> int:
+        """Slots this round probes: all of them unless `reset` was given fewer expected keys."""
+        return self._active_slots
+
+    @property
+    def active_capacity(self) -> int:
+        """Distinct keys this round may index: `floor(active_slots x load_factor)` (== capacity by default)."""
+        return self._active_capacity
 
     @property
     def size(self) -> int:
@@ -224,14 +250,14 @@ class OffsetMap:
 
     @property
     def table(self) -> np.ndarray:
-        """Read-only (slots, 3) uint64 view of the table: columns h1, h2, offset (all ones = empty slot)."""
+        """Read-only (slots, 3) uint64 view of the table: columns h1, h2, offset + 1 (0 = empty slot)."""
         view = self._table.reshape(self._slots, _kernels.WORDS_PER_SLOT).view()
         view.flags.writeable = False
         return view
 
     def __repr__(self) -> str:
         return (
-            f"OffsetMap(slots={self._slots}, capacity={self._capacity}, size={self._size}, "
+            f"OffsetMap(slots={self._slots}, capacity={self._capacity}, active_slots={self._active_slots}, size={self._size}, "
             f"latest_offset={self._latest_offset}, seed={self._seed})"
         )
 
@@ -250,18 +276,18 @@ class OffsetMap:
             raise OffsetOrderError(0, value, floor)
         h1, h2 = hash_key(key, self._seed)
         status, size = _kernels.put_one(
-            self._table,
-            self._slots,
+            self._active,
+            self._active_slots,
             self._buckets_choice,
             self._buckets_all,
             np.uint64(h1),
             np.uint64(h2),
             value,
             self._size,
-            self._capacity,
+            self._active_capacity,
         )
         if status == _kernels.STATUS_FULL:
-            raise OffsetMapFullError(self._size, self._capacity)
+            raise OffsetMapFullError(self._size, self._active_capacity)
         self._size = int(size)
         self._latest_offset = value
 
@@ -270,7 +296,7 @@ class OffsetMap:
         h1, h2 = hash_key(key, self._seed)
         return int(
             _kernels.get_one(
-                self._table, self._slots, self._buckets_choice, self._buckets_all, np.uint64(h1), np.uint64(h2)
+                self._active, self._active_slots, self._buckets_choice, self._buckets_all, np.uint64(h1), np.uint64(h2)
             )
         )
 
@@ -287,33 +313,39 @@ class OffsetMap:
 
     # -------------------------------------------------------------------------------------------- bulk
 
-    def insert_hashes(self, h1: np.ndarray, h2: np.ndarray, offsets: np.ndarray) -> int:
+    def insert_hashes(
+        self, h1: np.ndarray, h2: np.ndarray, offsets: np.ndarray, previous: np.ndarray | None = None
+    ) -> int:
         """Insert `(h1[i], h2[i]) -> offsets[i]` in input order; return the number of entries consumed.
 
         Requires equal-length 1-D arrays: h1/h2 uint64 (int64 is reinterpreted) hashed with this map's `seed`,
-        offsets integer, non-decreasing, none below `max(latest_offset, 0)`.
+        offsets integer, non-decreasing, none below `max(latest_offset, 0)`; `previous`, if given, a writable
+        contiguous int64 array of the same length.
         Ensures: entries [0, consumed) are applied, a repeated key keeping its last offset; consumed == len unless
-        entry `consumed` holds a new key while size == capacity, in which case that entry and all after it are
-        untouched; latest_offset = offsets[consumed - 1] when consumed > 0.
+        entry `consumed` holds a new key while size == active_capacity, in which case that entry and all after it
+        are untouched; latest_offset = offsets[consumed - 1] when consumed > 0; previous[i] (i < consumed) is the
+        offset entry i replaced, -1 for a new key (the offsets a round's later records supersede).
         Raises OffsetOrderError / OffsetMapInputError before writing anything.
         """
         words1 = _inputs.hash_words("h1", h1)
         words2 = _inputs.hash_words("h2", h2)
         offs = _inputs.int64_vector("offsets", offsets)
         count = _inputs.same_length(h1=words1, h2=words2, offsets=offs)
+        replaced = _NO_PREVIOUS if previous is None else _output(previous, count)
         if count == 0:
             return 0
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
         consumed, size = _kernels.insert_hashes(
-            self._table,
-            self._slots,
+            self._active,
+            self._active_slots,
             self._buckets_choice,
             self._buckets_all,
             words1,
             words2,
             offs,
             self._size,
-            self._capacity,
+            self._active_capacity,
+            replaced,
         )
         return self._consumed(int(consumed), int(size), offs)
 
@@ -328,7 +360,7 @@ class OffsetMap:
         count = _inputs.same_length(h1=words1, h2=words2)
         result = _output(out, count)
         _kernels.lookup_hashes(
-            self._table, self._slots, self._buckets_choice, self._buckets_all, words1, words2, result
+            self._active, self._active_slots, self._buckets_choice, self._buckets_all, words1, words2, result
         )
         return result
 
@@ -357,8 +389,8 @@ class OffsetMap:
         _inputs.check_spans(buffer, positions, lengths)
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
         consumed, size = _kernels.insert_spans(
-            self._table,
-            self._slots,
+            self._active,
+            self._active_slots,
             self._buckets_choice,
             self._buckets_all,
             buffer,
@@ -367,7 +399,7 @@ class OffsetMap:
             offs,
             np.uint64(self._seed),
             self._size,
-            self._capacity,
+            self._active_capacity,
         )
         return self._consumed(int(consumed), int(size), offs)
 
@@ -390,8 +422,8 @@ class OffsetMap:
         _inputs.check_spans(buffer, positions, lengths)
         result = _output(out, count)
         _kernels.lookup_spans(
-            self._table,
-            self._slots,
+            self._active,
+            self._active_slots,
             self._buckets_choice,
             self._buckets_all,
             buffer,
@@ -405,25 +437,50 @@ class OffsetMap:
     # -------------------------------------------------------------------------------------------- rounds
 
     def clear(self) -> None:
-        """Empty the map in place (same memory): size 0, latest_offset -1, seed unchanged."""
-        self._table.fill(_kernels.EMPTY_OFFSET_WORD)
+        """Empty the map in place (same memory): size 0, latest_offset -1, seed and active slots unchanged.
+
+        The written pages go back to the kernel (they read as zeros again; see the module docstring).
+        """
+        if self._mapping is not None and _MADV_DONTNEED is not None:
+            self._mapping.madvise(_MADV_DONTNEED)
+        else:
+            self._table.fill(_kernels.EMPTY_OFFSET_WORD)
         self._size = 0
         self._latest_offset = -1
 
-    def reset(self, seed: int) -> None:
+    def reset(self, seed: int, expected_keys: int | None = None) -> None:
         """Clear the map and hash keys with `seed` from now on (a new seed per round).
 
-        Requires 0 <= seed <= SEED_MAX; raises OffsetMapConfigError (and leaves the map untouched) otherwise.
+        With `expected_keys`, probe only the first `active_slots` slots, the fewest (whole buckets) that admit
+        at least `min(expected_keys, capacity)` keys under the load factor; with None, the whole table.
+        Requires 0 <= seed <= SEED_MAX and expected_keys >= 0; raises OffsetMapConfigError (and leaves the map
+        untouched) otherwise.
         """
         value = _inputs.seed_value(seed)
+        slots = self._slots
+        if expected_keys is not None:
+            wanted = _integer("expected_keys", expected_keys)
+            if wanted < 0:
+                raise OffsetMapConfigError("expected_keys", expected_keys, "expected a count >= 0")
+            if wanted < self._capacity:
+                slots = _slots_for_keys(max(wanted, 2), self._load_factor, self._slots)
         self.clear()
         self._seed = value
+        self._use_slots(slots)
 
     # -------------------------------------------------------------------------------------------- private
 
+    def _use_slots(self, slots: int) -> None:
+        """Probe the first `slots` slots (the table was just cleared)."""
+        self._active_slots = slots
+        self._active_capacity = min(_capacity(slots, self._load_factor), self._capacity)
+        self._active = self._table[: slots * _kernels.WORDS_PER_SLOT]
+        self._buckets_choice = np.uint64(max(1, slots // _kernels.BUCKET_SLOTS))
+        self._buckets_all = -(-slots // _kernels.BUCKET_SLOTS)
+
     def _consumed(self, consumed: int, size: int, offsets: np.ndarray) -> int:
         assert 0 <= consumed <= offsets.size, "kernel consumed more entries than it was given"
-        assert self._size <= size <= self._capacity, "kernel broke the fill limit"
+        assert self._size <= size <= self._active_capacity, "kernel broke the fill limit"
         self._size = size
         if consumed > 0:
             self._latest_offset = int(offsets[consumed - 1])
@@ -453,14 +510,41 @@ def _capacity(slots: int, factor: float) -> int:
     return int(slots * factor)
 
 
-def _allocate_table(slots: int) -> np.ndarray:
-    """A 64-byte aligned uint64 array of 3 x slots words (nbytes == slots x 24), not initialised."""
+def _slots_for_keys(keys: int, factor: float, slots_max: int) -> int:
+    """The fewest whole buckets of slots whose capacity under `factor` is at least `keys` (at most slots_max)."""
+    bucket = _kernels.BUCKET_SLOTS
+    slots = -(-math.ceil(keys / factor) // bucket) * bucket
+    while _capacity(slots, factor) < keys:
+        slots += bucket
+    return min(slots, slots_max)
+
+
+def _allocate_table(slots: int) -> tuple[mmap.mmap | None, np.ndarray]:
+    """(mapping, 64-byte aligned zeroed uint64 array of 3 x slots words, nbytes == slots x 24).
+
+    An anonymous private mapping, asking for transparent huge pages; a plain zeroed numpy array (mapping None)
+    where anonymous mappings are not available.
+    """
     table_bytes = slots * BYTES_PER_SLOT
-    raw = np.empty(table_bytes + _TABLE_ALIGN_BYTES - 1, dtype=np.uint8)
-    start = -raw.ctypes.data % _TABLE_ALIGN_BYTES
-    table = raw[start : start + table_bytes].view(np.uint64)
+    try:
+        mapping = mmap.mmap(-1, table_bytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - platforms without anonymous mmap
+        mapping = None
+    if mapping is None:  # pragma: no cover
+        table = np.zeros(table_bytes // 8, dtype=np.uint64)
+    else:
+        if _MADV_HUGEPAGE is not None:
+            try:
+                mapping.madvise(_MADV_HUGEPAGE)
+            except OSError:  # pragma: no cover - kernels without THP
+                pass
+        table = np.frombuffer(mapping, dtype=np.uint64)
     assert table.ctypes.data % _TABLE_ALIGN_BYTES == 0 and table.nbytes == table_bytes
-    return table
+    return mapping, table
+
+
+_MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)
+_MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 
 
 def _output(out: np.ndarray | None, count: int) -> np.ndarray:

@@ -172,10 +172,12 @@ def file_digests(root: Path) -> dict[str, str]:
 
 
 
-def random_log(directory: Path, seed: int, *, batches_max: int = 40) -> None:
+def random_log(directory: Path, seed: int, *, batches_max: int = 40, offset_gap: int = 0) -> None:
     """A seeded random log over 7 keys: plain, idempotent and transactional batches of every codec, commits
-    and aborts, tombstones, unkeyed records, shuffled timestamps and random rolls; every transaction ends."""
+    and aborts, tombstones, unkeyed records, shuffled timestamps and random rolls; every transaction ends.
+    With `offset_gap`, `offset_gap` unused offsets follow every data record (as after an earlier compaction)."""
     rnd = random.Random(seed)
+    stride = offset_gap + 1
     steps: list[bytes | str] = []
     open_txns: set[int] = set()
     sequences: dict[int, int] = {}
@@ -184,12 +186,16 @@ def random_log(directory: Path, seed: int, *, batches_max: int = 40) -> None:
         for _ in range(rnd.randint(1, 4)):
             key = None if rnd.random() < 0.05 else b"k%d" % rnd.randint(0, 6)
             value = None if rnd.random() < 0.2 else b"v%d" % i
-            recs.append((key, value, T0 + i + rnd.randint(-3, 3)))
+            recs.append(Rec(key, value, T0 + i + rnd.randint(-3, 3), delta=len(recs) * stride))
         codec = rnd.choice(list(fmt.COMPRESSION_NAMES))
+        if offset_gap:
+            codec = {"compression": codec, "last_offset_delta": len(recs) * stride - 1}
+        else:
+            codec = {"compression": codec}
         kind = rnd.random()
         if kind < 0.3:
             pid = rnd.choice([1, 2, 3])
-            steps.append(txn_batch(recs, pid=pid, seq=sequences.get(pid, 0), compression=codec))
+            steps.append(txn_batch(recs, pid=pid, seq=sequences.get(pid, 0), **codec))
             sequences[pid] = sequences.get(pid, 0) + len(recs)
             open_txns.add(pid)
         elif kind < 0.45 and open_txns:
@@ -199,10 +205,10 @@ def random_log(directory: Path, seed: int, *, batches_max: int = 40) -> None:
         elif kind < 0.6:
             pid = 10 + rnd.randint(0, 2)
             steps.append(batch(recs, producer_id=pid, producer_epoch=0, base_sequence=sequences.get(pid, 0),
-                               compression=codec))
+                               **codec))
             sequences[pid] = sequences.get(pid, 0) + len(recs)
         else:
-            steps.append(batch(recs, compression=codec))
+            steps.append(batch(recs, **codec))
         if rnd.random() < 0.15:
             steps.append(ROLL)
     for pid in sorted(open_txns):

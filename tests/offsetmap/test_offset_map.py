@@ -388,3 +388,81 @@ def test_smallest_map_kafka_accepts_holds_one_key():
     m.put(b"a", 1)
     with pytest.raises(OffsetMapFullError):
         m.put(b"b", 2)
+
+
+# ------------------------------------------------------------------------------------ superseded offsets
+
+
+def test_insert_reports_the_offset_each_entry_replaced():
+    m = OffsetMap(memory_bytes_for_keys(100))
+    h1, h2 = hashes_of([b"a", b"b", b"a", b"c", b"b", b"a"], m.seed)
+    previous = np.full(6, 99, dtype=np.int64)
+    assert m.insert_hashes(h1, h2, np.arange(10, 16), previous=previous) == 6
+    assert previous.tolist() == [-1, -1, 10, -1, 11, 12]
+    # Across calls too: the map remembers the latest offset of every key.
+    more = np.empty(2, dtype=np.int64)
+    h1, h2 = hashes_of([b"c", b"d"], m.seed)
+    assert m.insert_hashes(h1, h2, np.array([20, 21]), previous=more) == 2
+    assert more.tolist() == [13, -1]
+
+
+def test_insert_reports_nothing_past_the_fill_limit():
+    m = OffsetMap(24 * 4, load_factor=0.5)  # 4 slots, capacity 2
+    h1, h2 = hashes_of([b"a", b"b", b"a", b"c", b"b"], m.seed)
+    previous = np.full(5, 99, dtype=np.int64)
+    assert m.insert_hashes(h1, h2, np.arange(5), previous=previous) == 3
+    assert previous.tolist() == [-1, -1, 0, 99, 99]
+
+
+def test_previous_must_match_the_entries():
+    m = OffsetMap(memory_bytes_for_keys(10))
+    h1, h2 = random_hashes(3)
+    with pytest.raises(OffsetMapInputError):
+        m.insert_hashes(h1, h2, np.arange(3), previous=np.empty(2, dtype=np.int64))
+    assert m.size == 0
+
+
+# ------------------------------------------------------------------------------------ active slots per round
+
+
+def test_reset_with_expected_keys_narrows_the_table_but_admits_every_expected_key():
+    m = OffsetMap(memory_bytes_for_keys(1_000_000), load_factor=0.9)
+    m.reset(7, expected_keys=10_000)
+    assert m.active_slots < m.slots // 50 and m.active_slots % 8 == 0
+    assert m.active_capacity >= 10_000 and m.capacity == 1_000_000
+    h1, h2 = random_hashes(10_000, seed=3)
+    assert m.insert_hashes(h1, h2, np.arange(10_000)) == 10_000
+    assert np.array_equal(m.lookup_hashes(h1, h2), np.arange(10_000))
+    assert m.utilization == 10_000 / m.slots  # against the whole table, as operators read it
+    # Only the active part of the table was written.
+    assert not m.table[m.active_slots :].any() and m.table[: m.active_slots, 2].any()
+    # More keys than expected: the narrowed table's own fill limit applies.
+    h1, h2 = random_hashes(m.active_capacity, seed=4)
+    consumed = m.insert_hashes(h1, h2, np.arange(10_000, 10_000 + len(h1)))
+    assert m.size == m.active_capacity and consumed < len(h1)
+
+
+@pytest.mark.parametrize("expected", [None, 10**9, 1_000_000])
+def test_reset_without_a_smaller_expectation_uses_the_whole_table(expected):
+    m = OffsetMap(memory_bytes_for_keys(1000))
+    m.reset(1, expected_keys=10)
+    m.reset(2, expected_keys=expected)
+    assert (m.active_slots, m.active_capacity) == (m.slots, m.capacity)
+
+
+def test_reset_rejects_a_negative_expectation():
+    m = OffsetMap(memory_bytes_for_keys(1000))
+    with pytest.raises(OffsetMapConfigError, match="expected_keys"):
+        m.reset(1, expected_keys=-1)
+
+
+def test_empty_slots_are_zero_and_clear_returns_the_pages():
+    m = OffsetMap(memory_bytes_for_keys(200_000))
+    assert not m.table.any()
+    h1, h2 = random_hashes(200_000, seed=9)
+    m.insert_hashes(h1, h2, np.arange(200_000))
+    assert np.count_nonzero(m.table[:, 2]) == 200_000
+    assert m.table[:, 2].min(initial=2**64 - 1, where=m.table[:, 2] > 0) == 1  # offset 0 is stored as 1
+    m.clear()
+    assert not m.table.any()
+    assert np.all(m.lookup_hashes(h1, h2) == -1)

@@ -1,0 +1,103 @@
+"""Reading ahead: one window is read and scanned on a second thread while the caller works on the previous one.
+
+Owns `WindowRing` (the buffers of the windows in flight, handed out in turn) and `read_ahead` (run an
+iterator on a background thread, at most one item ahead of its consumer). Together they let a cleaning phase
+use both cores: the producer thread reads a window (`os.preadv`) and scans it (numba kernels), both of which
+release the GIL, while the consumer inserts into the offset map or assembles and writes output batches,
+which release it too.
+
+The contract is the one `LogSegment.scan_windows` already has, that an item is valid until the next one is
+asked for: the producer takes a permit before making each item and the consumer gives one back when it asks
+for the next item, so with two permits and a ring of two buffer sets the producer never writes into the
+buffers of the item the consumer holds. Memory: two windows and their record arrays instead of one.
+
+Errors raised by the producer reach the consumer at the item where they happened, in order. A consumer that
+stops early (a `break`, an exception, an abort) stops the producer and waits for its thread before the
+generator returns, so no thread outlives the phase that started it and no buffer is written after.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from typing import TypeVar
+
+import numpy as np
+
+from .scan import ScanBuffers
+
+__all__ = ["WindowRing", "read_ahead"]
+
+T = TypeVar("T")
+
+_DONE = object()
+
+
+class WindowRing:
+    """`count` sets of (read buffer, record arrays) for windows of up to `window_bytes`, handed out in turn."""
+
+    __slots__ = ("_next", "_sets", "window_bytes")
+
+    def __init__(self, window_bytes: int, count: int = 2) -> None:
+        if count < 1 or window_bytes < 1:
+            raise ValueError("a window ring needs at least one set of at least one byte")
+        self.window_bytes = window_bytes
+        self._sets = [(np.empty(0, dtype=np.uint8), ScanBuffers()) for _ in range(count)]
+        self._next = 0
+
+    def next(self, size: int) -> tuple[np.ndarray, ScanBuffers]:
+        """The next set in turn, its read buffer at least `size` bytes (grown once, then reused)."""
+        k = self._next
+        self._next = (k + 1) % len(self._sets)
+        read_buffer, buffers = self._sets[k]
+        if len(read_buffer) < size:
+            read_buffer = np.empty(max(size, min(self.window_bytes, 2 * len(read_buffer))), dtype=np.uint8)
+            self._sets[k] = (read_buffer, buffers)
+        return read_buffer, buffers
+
+
+def read_ahead(source: Iterator[T], *, name: str = "read-ahead") -> Iterator[T]:
+    """Yield the items of `source`, produced on a background thread at most one item ahead.
+
+    `source` must make each item in buffers of a `WindowRing` of two sets (or allocate fresh ones); see the
+    module docstring. Exceptions from `source` are raised here at the same item.
+    """
+    permits = threading.Semaphore(2)
+    ready: queue.Queue = queue.Queue()
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            while True:
+                permits.acquire()
+                if stop.is_set():
+                    return
+                item = next(source, _DONE)
+                ready.put((item, None))
+                if item is _DONE:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            ready.put((_DONE, exc))
+
+    thread = threading.Thread(target=produce, name=name, daemon=True)
+    thread.start()
+    try:
+        first = True
+        while True:
+            if not first:
+                permits.release()  # the consumer is done with the previous item
+            first = False
+            item, error = ready.get()
+            if error is not None:
+                raise error
+            if item is _DONE:
+                return
+            yield item
+    finally:
+        stop.set()
+        permits.release()
+        thread.join()
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
