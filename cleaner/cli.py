@@ -23,6 +23,9 @@ __all__ = ["main"]
 @click.version_option(package_name="logcleaner")
 def main() -> None:
     """Compaction engine for Kafka-format log segment files."""
+    from .allocator import tune_allocator
+
+    tune_allocator()
 
 
 @main.command()

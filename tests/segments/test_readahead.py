@@ -1,0 +1,81 @@
+"""The read-ahead thread: items in order, errors at their item, no thread left behind, buffers never overwritten
+while their item is in use."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from segments.log import PartitionLog
+from segments.readahead import WindowRing, read_ahead
+
+from .helpers import write_log
+
+
+def _threads() -> set[str]:
+    return {t.name for t in threading.enumerate()}
+
+
+def test_items_arrive_in_order_and_the_thread_ends():
+    assert list(read_ahead(iter(range(100)), name="t-order")) == list(range(100))
+    assert "t-order" not in _threads()
+
+
+def test_an_error_reaches_the_consumer_at_its_item():
+    def source():
+        yield 1
+        yield 2
+        raise ValueError("bad window at byte 42")
+
+    seen = []
+    with pytest.raises(ValueError, match="byte 42"):
+        for item in read_ahead(source(), name="t-error"):
+            seen.append(item)
+    assert seen == [1, 2]
+    assert "t-error" not in _threads()
+
+
+def test_a_consumer_that_stops_early_stops_the_producer():
+    produced = []
+
+    def source():
+        for i in range(1000):
+            produced.append(i)
+            yield i
+
+    for item in read_ahead(source(), name="t-break"):
+        if item == 3:
+            break
+    assert "t-break" not in _threads()
+    assert len(produced) <= 5  # at most one item ahead of the one in use (plus the one being made)
+
+
+def test_the_producer_never_writes_the_buffers_of_the_item_in_use():
+    ring = WindowRing(1024)
+
+    def source():
+        for i in range(200):
+            buf, _ = ring.next(1024)
+            buf[:] = i % 256
+            yield i, buf
+
+    for i, buf in read_ahead(source(), name="t-ring"):
+        before = buf.copy()
+        threading.Event().wait(0.0005)  # let the producer run as far as it may
+        assert np.array_equal(buf, before) and buf[0] == i % 256
+
+
+def test_scan_windows_on_a_ring_give_the_same_results_as_plain_windows(tmp_path):
+    d = tmp_path / "t-0"
+    write_log(d, 400, segment_bytes=1 << 20, value_bytes=300)
+    with PartitionLog.open(d, mode="reader") as log:
+        seg = log.segments[0]
+        plain = [(r.start_position, r.offset.tolist()) for _, r in seg.scan_windows(window_bytes=4096)]
+        ring = WindowRing(4096)
+        ahead = [
+            (r.start_position, r.offset.tolist())
+            for _, r in read_ahead(seg.scan_windows(window_bytes=4096, ring=ring), name="t-scan")
+        ]
+    assert len(plain) > 10 and ahead == plain
