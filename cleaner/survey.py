@@ -6,8 +6,10 @@ aborted or still open), how many data batches each still has, each producer's la
 timestamp, and each segment's largest timestamp. It also checks every batch's CRC and framing of the
 inactive segments, so a round finds corruption before it swaps anything in.
 
-One pass over the headers (`segments.scan` with `headers_only`); control batches, which are rare, are
-decoded in full to learn their type. Memory is proportional to the number of transactions and producers,
+One pass over the headers (`segments.scan` with `headers_only`, read and checked on a read-ahead thread,
+`segments.readahead`); control batches, which are rare, are decoded in full to learn their type. This is the
+round's only CRC check: the index and recopy phases read the same inactive segments again, which the
+cleaner lock keeps unchanged, and do not check them twice. Memory is proportional to the number of transactions and producers,
 not to the log. It reads the active segment too (open transactions end there), without CRC checks, since
 its writer may be appending to it.
 """
