@@ -29,7 +29,7 @@ from segments.records import decode_batch, decode_control_key
 
 __all__ = ["WINDOW_BYTES", "LogSurvey", "ProducerState", "SegmentSurvey", "Transaction", "survey_log"]
 
-WINDOW_BYTES = 16 * 1024 * 1024  # one window of a round's reads (survey, index and recopy alike)
+WINDOW_BYTES = 8 * 1024 * 1024  # one window of a round's reads (survey, index and recopy alike)
 
 
 @dataclass(frozen=True, slots=True)
