@@ -234,4 +234,4 @@ def test_later_rounds_look_up_the_clean_section_and_keep_what_the_model_keeps(tm
             break
     else:
         pytest.fail("cleaning never finished")
-    assert [r[0] for r in full_records(d)] == expected
+    assert full_records(d) == [original[o] for o in expected]
