@@ -308,22 +308,21 @@ class LogSegment:
         window_bytes: int = _READ_CHUNK_BYTES,
         verify_crc: bool = True,
         headers_only: bool = False,
-        buffers=None,
-        read_buffer: np.ndarray | None = None,
         stop_at_invalid: bool = False,
         ring=None,
     ) -> Iterator[tuple[memoryview, "ScanResult"]]:
         """(window, scan result) over the whole batches from `start_position` (a batch start) to the end.
 
-        Windows are `window_bytes` long (one larger batch gets a window of its own) and are read into one
-        buffer reused from window to window (`read_buffer` if given and large enough): a window and its
-        result are valid until the next one is yielded. With `ring` (a `segments.readahead.WindowRing`) each
-        window takes the ring's next read buffer and record arrays instead, so that the windows of a
-        read-ahead thread stay valid until their consumer asks for the next one. Raises
+        Windows are `window_bytes` long (one larger batch gets a window of its own). Each window takes the
+        next read buffer and record arrays of `ring` (a `segments.readahead.WindowRing`; a ring of one set,
+        reused from window to window, if None): a window and its result are valid until the ring hands their
+        set out again, i.e. until the next window with a one-set ring, and until the consumer of a read-ahead
+        thread asks for the next one with the two-set ring it uses. Raises
         `CorruptRecordError` with this file and position for an invalid batch, or an incomplete one at the
         end; with `stop_at_invalid` (the active segment, which its writer may be appending to) the walk ends
         quietly there instead.
         """
+        from .readahead import WindowRing
         from .scan import scan
 
         pos = start_position
@@ -331,11 +330,10 @@ class LogSegment:
         if _FADV_SEQUENTIAL is not None and pos < size:
             # A whole-segment walk: ask the kernel for its larger read-ahead (it matters from a cold cache).
             os.posix_fadvise(self._fd, pos, size - pos, _FADV_SEQUENTIAL)
-        if ring is None and (read_buffer is None or len(read_buffer) < min(window_bytes, size - pos)):
-            read_buffer = np.empty(min(window_bytes, max(size - pos, 0)), dtype=np.uint8)
+        if ring is None:
+            ring = WindowRing(window_bytes, count=1)
         while pos < size:
-            if ring is not None:
-                read_buffer, buffers = ring.next(min(window_bytes, size - pos))
+            read_buffer, buffers = ring.next(min(window_bytes, size - pos))
             window = self._read_into(read_buffer, pos, min(window_bytes, size - pos))
             try:
                 result = scan(window, base_position=pos, verify_crc=verify_crc, headers_only=headers_only, buffers=buffers)
