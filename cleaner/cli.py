@@ -264,6 +264,118 @@ def _describe(s: dict) -> str:
 
 
 @main.command()
+@click.argument("source")
+@click.option("--topic", required=True, help="Topic to write (partition directories <topic>-<p>).")
+@click.option("--partitions", required=True, type=click.IntRange(min=1), help="Partition count of the topic.")
+@click.option("--key-column", required=True, help="Input column whose bytes are each record's key.")
+@click.option("--value-column", help="Input column whose bytes are each record's value.")
+@click.option("--value-format", type=click.Choice(["json"]), help="json: the whole input row, as JSON, is the value.")
+@click.option("--output", required=True, type=click.Path(file_okay=False, path_type=Path), help="Log directory to write.")
+@click.option("--format", "input_format", help="Spark input format (default: from the file extension).")
+@click.option("--timestamp-column", help="Input column for record timestamps (default: the write time).")
+@click.option("--compression", type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]), default="none",
+              show_default=True)
+@click.option("--records-per-batch", default=1000, show_default=True, type=click.IntRange(min=1))
+@click.option("--segment-bytes", type=click.IntRange(min=1024), help="segment.bytes of the written logs (default 1 GiB).")
+@click.option("--overwrite", is_flag=True, help="Replace the topic's partitions instead of appending to them.")
+@click.option("--compact", is_flag=True, help="Clean the written partitions afterwards (latest record per key).")
+@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@click.option("--option", "read_options", multiple=True, metavar="KEY=VALUE", help="A Spark reader option (repeatable).")
+def ingest(source, topic, partitions, key_column, value_column, value_format, output, input_format, timestamp_column,
+           compression, records_per_batch, segment_bytes, overwrite, compact, master, read_options) -> None:
+    """Write the rows of SOURCE (Parquet, JSON lines, CSV, ...) into topic partitions with Spark.
+
+    Each row goes to the partition Kafka's default partitioner picks for its key; order within a partition is
+    the input's. Prints records, partitions, bytes and, with --compact, the duplicates compaction removed.
+    """
+    import time
+
+    from segments.spark import SparkUnavailableError, get_session
+    from segments.spark.ingest import ingest as run_ingest
+
+    if (value_column is None) == (value_format is None):
+        raise click.UsageError("give exactly one of --value-column or --value-format json")
+    started = time.perf_counter()
+    try:
+        spark = get_session(master, app_name=f"logcleaner ingest {topic}")
+    except SparkUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None
+    startup_s = time.perf_counter() - started
+    try:
+        result = run_ingest(
+            spark, source, topic=topic, partitions=partitions, key_column=key_column, output=str(output),
+            value_column=value_column, value_format=value_format, input_format=input_format,
+            timestamp_column=timestamp_column, compression=compression, records_per_batch=records_per_batch,
+            segment_bytes=segment_bytes, overwrite=overwrite, read_options=_parse_set(read_options),
+        )
+    except (ValueError, TypeError) as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        spark.stop()
+    mb = result.total_bytes / 1e6
+    click.echo(
+        f"ingested {result.total_records} records into {partitions} partitions of {topic!r} in {output}: "
+        f"{mb:.2f} MB in {result.write_s:.1f} s ({result.total_records / max(result.write_s, 1e-9):,.0f} records/s, "
+        f"{mb / max(result.write_s, 1e-9):.1f} MB/s; Spark start-up {startup_s:.1f} s)"
+    )
+    for p in range(partitions):
+        click.echo(f"  {topic}-{p}: {result.records[p]} records, {result.bytes[p] / 1e6:.2f} MB")
+    if compact:
+        from .oneshot import clean_partition
+        from .settings import Settings
+
+        settings = Settings.from_mappings({"cleanup.policy": "compact"})
+        now_ms = int(time.time() * 1000)
+        removed = 0
+        failed = False
+        for p in range(partitions):
+            outcome = clean_partition(output / f"{topic}-{p}", settings, now_ms=now_ms)
+            failed |= not outcome.ok
+            summary = outcome.summary()
+            removed += summary.get("records_read", 0) - summary.get("records_written", 0)
+            click.echo("  " + _describe(summary))
+        click.echo(f"compacted: {removed} duplicate records removed")
+        if failed:
+            sys.exit(1)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--method", type=click.Choice(["auto", "exact", "bloom"]), default="auto", show_default=True,
+              help="exact: count distinct keys; bloom: estimate them with a bloom filter; auto: exact if it fits --memory.")
+@click.option("--memory", "memory_bytes", default=256 * 1024 * 1024, show_default=True, type=click.IntRange(min=1024),
+              help="Bytes for the exact count or the bloom filter, per partition.")
+@click.option("--spark", "use_spark", is_flag=True, help="Count with Spark over the logsegments data source.")
+@click.option("--master", default="local[*]", show_default=True, help="Spark master URL (with --spark).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per partition, then the total.")
+def duplication(paths, method, memory_bytes, use_spark, master, as_json) -> None:
+    """Estimate, per partition and in total, the fraction of records compaction would remove (nothing is changed)."""
+    from .duplication import PartitionDuplication, estimate_partition, total
+    from .oneshot import find_partitions
+
+    if use_spark:
+        from segments.spark import SparkUnavailableError, get_session
+        from segments.spark.duplication import duplication_counts
+
+        try:
+            spark = get_session(master, app_name="logcleaner duplication")
+        except SparkUnavailableError as exc:
+            raise click.ClickException(str(exc)) from None
+        try:
+            counts = duplication_counts(spark, [str(p) for p in paths], method=method, memory_bytes=memory_bytes)
+        finally:
+            spark.stop()
+        parts = [PartitionDuplication(**c) for c in counts]
+    else:
+        found = list(find_partitions(list(paths)))
+        if not found:
+            raise click.UsageError("no partition directories (<topic>-<partition>) found under the given paths")
+        parts = [estimate_partition(d, memory_bytes=memory_bytes, method=method) for d in found]
+    for part in [*parts, total(parts)]:
+        click.echo(json.dumps(part.as_dict()) if as_json else part.describe())
+
+
+@main.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-logs"),
               show_default=True, help="Log directory to create (replaced if it exists).")
 @click.option("--records", default=50_000, show_default=True, help="Records per partition.")

@@ -1,0 +1,335 @@
+"""Bulk writes of a topic into a log dir from many independent tasks: staged pieces, then one ordered commit.
+
+Owns the protocol the Spark data source's writer follows (and anything else that writes a topic in parallel):
+
+1. Every task writes, per partition it has rows for, one *piece*: a file of v2 batches (offsets counting from
+   0) under `<log dir>/.logsegments-staging-<job>.tmp/<task>-<attempt>/`. Tasks write nothing else, so a
+   failed or retried task attempt leaves only files that no commit names.
+2. The commit (one process; Spark's driver) appends each partition's pieces in task order through a
+   `PartitionLog` writer — offsets assigned from the log end, segments rolled at `segment.bytes`, indexes and
+   checkpoints written as by any writer — then rolls, so what the job wrote is all in inactive segments and
+   cleanable; a high watermark on record moves to the new log end. Input order within a partition is task order, then row order within each task.
+3. Where a partition directory is new, or the job overwrites the topic, the partition is built in the staging
+   area and moved into place with one rename (a `RENAME_EXCHANGE` over an existing directory, under its
+   writer and cleaner locks), so no reader sees half a partition. Overwrite also removes the topic's
+   partitions numbered N and above. Appends to an existing partition go through its writer lock in place.
+4. The staging directory is removed after the commit or abort.
+
+Decisions: a topic that already has partitions in the log dir keeps its partition count — appending with a
+different N is refused, since keys would move between partitions and compaction would keep two latest
+records for them. A crash of the committing process can leave some partitions committed and the staging
+directory behind (named `.logsegments-staging-*.tmp`, safe to delete when no job runs).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import format as fmt
+from .checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
+from .errors import LogStateError
+from .fileio import DEFAULT_FILE_OPS
+from .locks import CLEANER_LOCK, WRITER_LOCK, PartitionLock
+from .log import LogConfig, PartitionLog, parse_partition_dir_name, update_log_dir_checkpoint
+
+__all__ = [
+    "STAGING_PREFIX",
+    "CommitSummary",
+    "PieceWriter",
+    "StagedPiece",
+    "abort_job",
+    "check_topic_partitions",
+    "commit_job",
+    "new_job_id",
+    "staging_dir",
+]
+
+log = logging.getLogger(__name__)
+
+STAGING_PREFIX = ".logsegments-staging-"
+_CHUNK_BYTES = 16 * 1024 * 1024
+_LOCK_TIMEOUT_S = 60.0
+_RENAME_EXCHANGE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class StagedPiece:
+    """One task's batches for one partition: `records` records in `bytes` bytes at `path`."""
+
+    partition: int
+    path: str
+    records: int
+    bytes: int
+    task: int
+    attempt: int
+
+
+@dataclass(slots=True)
+class CommitSummary:
+    """What a commit wrote: records and bytes per partition, and the log end offset each partition reached."""
+
+    records: dict[int, int] = field(default_factory=dict)
+    bytes: dict[int, int] = field(default_factory=dict)
+    log_end_offset: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def total_records(self) -> int:
+        return sum(self.records.values())
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes.values())
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+def staging_dir(log_dir: str | os.PathLike, job_id: str) -> Path:
+    return Path(log_dir) / f"{STAGING_PREFIX}{job_id}.tmp"
+
+
+def topic_partition_dirs(log_dir: str | os.PathLike, topic: str) -> dict[int, Path]:
+    """The topic's partition directories in `log_dir`, by partition number."""
+    found: dict[int, Path] = {}
+    root = Path(log_dir)
+    if not root.is_dir():
+        return found
+    for entry in root.iterdir():
+        parsed = parse_partition_dir_name(entry.name)
+        if parsed is not None and parsed[0] == topic and entry.is_dir():
+            found[parsed[1]] = entry
+    return found
+
+
+def check_topic_partitions(log_dir: str | os.PathLike, topic: str, partitions: int, *, overwrite: bool) -> None:
+    """Refuse an append that would change the topic's partition count (see the module docstring)."""
+    if partitions < 1:
+        raise ValueError(f"partitions must be at least 1, got {partitions}")
+    if not topic or "/" in topic or topic in (".", ".."):
+        raise ValueError(f"invalid topic name {topic!r}")
+    if overwrite:
+        return
+    existing = sorted(topic_partition_dirs(log_dir, topic))
+    if existing and existing != list(range(partitions)):
+        raise LogStateError(
+            f"{log_dir}: topic {topic!r} has partitions {existing}; appending with {partitions} partitions would "
+            f"move keys between partitions (use the existing count, or overwrite the topic)"
+        )
+
+
+class PieceWriter:
+    """A task's pieces: appends encoded batches per partition to its own files in the staging area."""
+
+    def __init__(self, log_dir: str | os.PathLike, job_id: str, task: int, attempt: int) -> None:
+        self.directory = staging_dir(log_dir, job_id) / f"{task}-{attempt}"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.task = task
+        self.attempt = attempt
+        self._files: dict[int, object] = {}
+        self._records: dict[int, int] = {}
+        self._bytes: dict[int, int] = {}
+
+    def append(self, data: dict[int, bytes], records: dict[int, int]) -> None:
+        """Append each partition's batches (`data[p]`, holding `records[p]` records) to its piece."""
+        for p, payload in data.items():
+            f = self._files.get(p)
+            if f is None:
+                f = self._files[p] = open(self.directory / f"{p}.batches", "wb")
+            f.write(payload)
+            self._records[p] = self._records.get(p, 0) + records[p]
+            self._bytes[p] = self._bytes.get(p, 0) + len(payload)
+
+    def finish(self) -> list[StagedPiece]:
+        """Close and fsync every piece; the list is what the task reports to the commit."""
+        pieces = []
+        for p, f in sorted(self._files.items()):
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+            pieces.append(StagedPiece(p, str(self.directory / f"{p}.batches"), self._records[p], self._bytes[p],
+                                      self.task, self.attempt))
+        self._files.clear()
+        return pieces
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+
+def _batch_chunks(path: str, limit: int) -> Iterator[bytes]:
+    """Whole batches of the piece file at `path`, in chunks of about `limit` bytes (a larger batch alone)."""
+    with open(path, "rb") as f:
+        buf = b""
+        while True:
+            data = f.read(limit)
+            buf += data
+            pos = 0
+            while pos + fmt.LOG_OVERHEAD <= len(buf):
+                size = fmt.LOG_OVERHEAD + int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True)
+                if size < fmt.RECORD_BATCH_OVERHEAD:
+                    raise LogStateError(f"{path}: invalid batch length at position {f.tell() - len(buf) + pos}")
+                if pos + size > len(buf):
+                    if pos == 0:  # one batch larger than a chunk: read the rest of it
+                        buf += f.read(size - len(buf))
+                        pos = size if len(buf) >= size else 0
+                    break
+                pos += size
+            if pos:
+                yield buf[:pos]
+                buf = buf[pos:]
+            elif not data:
+                if buf:
+                    raise LogStateError(f"{path}: incomplete batch at the end of a staged piece")
+                return
+
+
+def _append_pieces(plog: PartitionLog, pieces: Sequence[StagedPiece]) -> None:
+    limit = min(plog.config.segment_bytes, _CHUNK_BYTES)
+    for piece in pieces:
+        for chunk in _batch_chunks(piece.path, limit):
+            plog.append_batches(chunk)
+    plog.roll(reason="bulk write committed")
+    plog.flush()
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Atomically swap two directory entries (Linux renameat2 RENAME_EXCHANGE)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available")
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"renameat2({a}, {b}, RENAME_EXCHANGE): {os.strerror(err)}")
+
+
+def _move_into_place(built: Path, target: Path, trash: Path) -> None:
+    """Put `built` at `target`; an existing `target` ends up at `trash` (atomically where the OS allows)."""
+    if not target.exists():
+        os.rename(built, target)
+        return
+    with PartitionLock(target, WRITER_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S), \
+            PartitionLock(target, CLEANER_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S):
+        try:
+            _exchange(built, target)
+            os.rename(built, trash)  # `built` now names the old directory
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSYS, errno.EINVAL):
+                raise
+            # No RENAME_EXCHANGE on this filesystem: two renames, with a window where `target` is missing.
+            os.rename(target, trash)
+            os.rename(built, target)
+
+
+def _reset_checkpoints(log_dir: Path, topic: str, partition: int, recovery_point: int | None) -> None:
+    key = (topic, partition)
+    for name in (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT):
+        update_log_dir_checkpoint(log_dir, name, key, None)
+    update_log_dir_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT, key, recovery_point)
+
+
+def _commit_partition(
+    log_dir: Path, staging: Path, topic: str, partition: int, pieces: Sequence[StagedPiece], *,
+    overwrite: bool, config: LogConfig,
+) -> tuple[int, int]:
+    target = log_dir / f"{topic}-{partition}"
+    if target.is_dir() and not overwrite:
+        with PartitionLog.open(target, mode="writer", config=config, lock_timeout_s=_LOCK_TIMEOUT_S) as plog:
+            _append_pieces(plog, pieces)
+            if plog.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT) is not None:
+                plog.write_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT, plog.log_end_offset)  # committed data
+            return plog.log_end_offset, plog.size_bytes
+    built = staging / "out" / f"{topic}-{partition}"
+    with PartitionLog.open(built, mode="writer", config=config, create=True) as plog:
+        if pieces:
+            _append_pieces(plog, pieces)
+        end, size = plog.log_end_offset, plog.size_bytes
+    _move_into_place(built, target, staging / "old" / f"{topic}-{partition}")
+    DEFAULT_FILE_OPS.fsync_dir(log_dir)
+    _reset_checkpoints(log_dir, topic, partition, end)
+    return end, size
+
+
+def commit_job(
+    log_dir: str | os.PathLike,
+    job_id: str,
+    topic: str,
+    partitions: int,
+    pieces: Iterable[StagedPiece],
+    *,
+    overwrite: bool = False,
+    config: LogConfig | None = None,
+    threads: int = 4,
+) -> CommitSummary:
+    """Append every staged piece to its partition in task order (see the module docstring); then clean up.
+
+    Every partition 0..partitions-1 exists afterwards (empty ones too, as when Kafka creates a topic). Raises
+    `LogStateError` for a partition-count change on append, `LockTimeoutError` if a partition's writer lock
+    stays held by someone else.
+    """
+    root = Path(log_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    check_topic_partitions(root, topic, partitions, overwrite=overwrite)
+    config = config or LogConfig()
+    staging = staging_dir(root, job_id)
+    (staging / "out").mkdir(parents=True, exist_ok=True)
+    (staging / "old").mkdir(parents=True, exist_ok=True)
+    by_partition: dict[int, list[StagedPiece]] = {p: [] for p in range(partitions)}
+    for piece in pieces:
+        if not 0 <= piece.partition < partitions:
+            raise ValueError(f"staged piece {piece.path} is for partition {piece.partition} of {partitions}")
+        by_partition[piece.partition].append(piece)
+    summary = CommitSummary()
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(threads, partitions))) as pool:
+            futures = {
+                p: pool.submit(
+                    _commit_partition, root, staging, topic, p, sorted(ps, key=lambda s: (s.task, s.attempt)),
+                    overwrite=overwrite, config=config,
+                )
+                for p, ps in by_partition.items()
+            }
+            for p, future in futures.items():
+                end, size = future.result()
+                summary.records[p] = sum(s.records for s in by_partition[p])
+                summary.bytes[p] = size
+                summary.log_end_offset[p] = end
+        if overwrite:
+            for p, path in topic_partition_dirs(root, topic).items():
+                if p >= partitions:
+                    _move_into_place_removed(path, staging / "old" / path.name)
+                    _reset_checkpoints(root, topic, p, None)
+            DEFAULT_FILE_OPS.fsync_dir(root)
+    finally:
+        abort_job(root, job_id)
+    log.info("bulk write committed topic=%s partitions=%d records=%d", topic, partitions, summary.total_records)
+    return summary
+
+
+def _move_into_place_removed(path: Path, trash: Path) -> None:
+    with PartitionLock(path, WRITER_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S), \
+            PartitionLock(path, CLEANER_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S):
+        os.rename(path, trash)
+
+
+def abort_job(log_dir: str | os.PathLike, job_id: str) -> None:
+    """Remove the job's staging directory and everything in it."""
+    shutil.rmtree(staging_dir(log_dir, job_id), ignore_errors=True)
