@@ -200,6 +200,24 @@ def _batch_chunks(path: str, limit: int) -> Iterator[bytes]:
                 return
 
 
+def _check_piece(piece: StagedPiece) -> None:
+    """The piece file is whole batches, as many bytes as its task reported (reads 12 bytes per batch)."""
+    try:
+        size = os.path.getsize(piece.path)
+    except FileNotFoundError:
+        raise LogStateError(f"{piece.path}: staged piece is missing") from None
+    if size != piece.bytes:
+        raise LogStateError(f"{piece.path}: staged piece has {size} bytes, its task wrote {piece.bytes}")
+    with open(piece.path, "rb") as f:
+        pos = 0
+        while pos < size:
+            prefix = os.pread(f.fileno(), fmt.LOG_OVERHEAD, pos)
+            length = int.from_bytes(prefix[8:12], "big", signed=True) if len(prefix) == fmt.LOG_OVERHEAD else -1
+            if length < fmt.RECORD_BATCH_OVERHEAD - fmt.LOG_OVERHEAD or pos + fmt.LOG_OVERHEAD + length > size:
+                raise LogStateError(f"{piece.path}: incomplete or invalid batch at position {pos} of a staged piece")
+            pos += fmt.LOG_OVERHEAD + length
+
+
 def _append_pieces(plog: PartitionLog, pieces: Sequence[StagedPiece]) -> None:
     limit = min(plog.config.segment_bytes, _CHUNK_BYTES)
     for piece in pieces:
@@ -281,24 +299,28 @@ def commit_job(
 ) -> CommitSummary:
     """Append every staged piece to its partition in task order (see the module docstring); then clean up.
 
+    Every piece's framing is checked before anything is appended, so a truncated piece fails the commit with
+    no partition changed (the staging directory is removed on failure too).
+
     Every partition 0..partitions-1 exists afterwards (empty ones too, as when Kafka creates a topic). Raises
     `LogStateError` for a partition-count change on append, `LockTimeoutError` if a partition's writer lock
     stays held by someone else.
     """
     root = Path(log_dir)
     root.mkdir(parents=True, exist_ok=True)
-    check_topic_partitions(root, topic, partitions, overwrite=overwrite)
     config = config or LogConfig()
     staging = staging_dir(root, job_id)
-    (staging / "out").mkdir(parents=True, exist_ok=True)
-    (staging / "old").mkdir(parents=True, exist_ok=True)
-    by_partition: dict[int, list[StagedPiece]] = {p: [] for p in range(partitions)}
-    for piece in pieces:
-        if not 0 <= piece.partition < partitions:
-            raise ValueError(f"staged piece {piece.path} is for partition {piece.partition} of {partitions}")
-        by_partition[piece.partition].append(piece)
     summary = CommitSummary()
     try:
+        check_topic_partitions(root, topic, partitions, overwrite=overwrite)
+        (staging / "out").mkdir(parents=True, exist_ok=True)
+        (staging / "old").mkdir(parents=True, exist_ok=True)
+        by_partition: dict[int, list[StagedPiece]] = {p: [] for p in range(partitions)}
+        for piece in pieces:
+            if not 0 <= piece.partition < partitions:
+                raise ValueError(f"staged piece {piece.path} is for partition {piece.partition} of {partitions}")
+            _check_piece(piece)
+            by_partition[piece.partition].append(piece)
         with ThreadPoolExecutor(max_workers=max(1, min(threads, partitions))) as pool:
             futures = {
                 p: pool.submit(
