@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from segments.verify import verify_paths  # noqa: E402
+from segments.verify import verify_paths
 
 KEY_BYTES = 16
 VALUE_BYTES = 100
@@ -103,7 +103,7 @@ class TreeRss:
             self.peak = max(self.peak, self.sample())
             self._stop.wait(self.interval_s)
 
-    def __enter__(self) -> "TreeRss":
+    def __enter__(self) -> TreeRss:
         self._thread.start()
         return self
 

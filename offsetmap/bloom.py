@@ -71,12 +71,12 @@ class KeyBloomFilter:
         self.bits = data
 
     @classmethod
-    def for_memory(cls, memory_bytes: int, hashes: int = _HASHES_DEFAULT) -> "KeyBloomFilter":
+    def for_memory(cls, memory_bytes: int, hashes: int = _HASHES_DEFAULT) -> KeyBloomFilter:
         """The filter that fits `memory_bytes`."""
         return cls(max(_BITS_MIN, memory_bytes * 8), hashes)
 
     @classmethod
-    def for_error(cls, max_keys: int, relative_error: float, hashes: int = _HASHES_DEFAULT) -> "KeyBloomFilter":
+    def for_error(cls, max_keys: int, relative_error: float, hashes: int = _HASHES_DEFAULT) -> KeyBloomFilter:
         """The smallest filter (a power of two bits) whose error bound at `max_keys` keys is ≤ relative_error·max_keys."""
         if not 0 < relative_error < 1:
             raise ValueError(f"relative_error must be in (0, 1), got {relative_error}")
@@ -86,7 +86,7 @@ class KeyBloomFilter:
         return cls(bits, hashes)
 
     @classmethod
-    def from_bytes(cls, data: bytes, hashes: int) -> "KeyBloomFilter":
+    def from_bytes(cls, data: bytes, hashes: int) -> KeyBloomFilter:
         return cls(len(data) * 8, hashes, data=np.frombuffer(data, dtype=np.uint8).copy())
 
     def to_bytes(self) -> bytes:
@@ -106,7 +106,7 @@ class KeyBloomFilter:
                   np.ascontiguousarray(h2, np.uint64), out)
         return out
 
-    def merge(self, other: "KeyBloomFilter") -> None:
+    def merge(self, other: KeyBloomFilter) -> None:
         """OR `other` (same size and hash count) into this filter: the filter of the union of both key sets."""
         if other.m != self.m or other.hashes != self.hashes:
             raise ValueError("only filters of the same size and hash count merge")

@@ -123,8 +123,7 @@ def encode_runs(
             count = 0
             region = 0
         t = ts[row]
-        if t > b_max_ts[nb]:
-            b_max_ts[nb] = t
+        b_max_ts[nb] = max(b_max_ts[nb], t)
         body = body_fixed + _zigzag_size(t - base_ts) + _zigzag_size(count)
         start = pos
         pos = _put_varint(out, pos, body)

@@ -29,11 +29,11 @@ from .records import encode_batch_from_region, make_attributes
 from .scan import ScanResult
 
 __all__ = [
+    "HEADER_TYPE",
     "RECORD_COLUMNS",
     "RECORD_SCHEMA",
     "SPARK_SCHEMA_DDL",
     "EncodedBatches",
-    "HEADER_TYPE",
     "binary_column",
     "encode_table",
     "read_arrow_batches",
@@ -210,7 +210,7 @@ def binary_column(column: pa.ChunkedArray | pa.Array, name: str) -> pa.Array:
 def _binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(valid, offsets int64 into data, data uint8) of a binary array; a sliced array's offsets are absolute."""
     n = len(array)
-    validity, offsets, data = array.buffers()
+    _, offsets, data = array.buffers()
     off = np.frombuffer(offsets, dtype=np.int32, count=n + 1, offset=array.offset * 4).astype(np.int64)
     raw = np.frombuffer(data, dtype=np.uint8) if data is not None else _EMPTY_BYTES
     valid = np.ones(n, dtype=np.bool_) if array.null_count == 0 else array.is_valid().to_numpy(zero_copy_only=False)

@@ -45,7 +45,12 @@ from .checkpoint import (
 from .errors import LogStateError
 from .fileio import DEFAULT_FILE_OPS
 from .locks import CLEANER_LOCK, WRITER_LOCK, PartitionLock
-from .log import LogConfig, PartitionLog, parse_partition_dir_name, update_log_dir_checkpoint
+from .log import (
+    LogConfig,
+    PartitionLog,
+    parse_partition_dir_name,
+    update_log_dir_checkpoint,
+)
 
 __all__ = [
     "STAGING_PREFIX",

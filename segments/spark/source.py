@@ -112,10 +112,10 @@ class LogSegmentsDataSource(DataSource):
     def schema(self) -> str:
         return SPARK_SCHEMA_DDL
 
-    def reader(self, schema: StructType) -> "LogSegmentsReader":
+    def reader(self, schema: StructType) -> LogSegmentsReader:
         return LogSegmentsReader(dict(self.options), schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> "LogSegmentsWriter":
+    def writer(self, schema: StructType, overwrite: bool) -> LogSegmentsWriter:
         return LogSegmentsWriter(dict(self.options), schema, overwrite)
 
 

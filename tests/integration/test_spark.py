@@ -57,7 +57,7 @@ def _records(directory: Path):
 def _parquet(path: Path, n: int = 4000, keys: int = 600) -> list[dict]:
     rows = [
         {"id": f"user-{(i * 7919) % keys}", "payload": b"%d:" % i + bytes([i % 256]) * (i % 50),
-         "ts": dt.datetime.fromtimestamp((TS0 + 13 * i) / 1000, tz=dt.timezone.utc)}
+         "ts": dt.datetime.fromtimestamp((TS0 + 13 * i) / 1000, tz=dt.UTC)}
         for i in range(n)
     ]
     table = pa.table({"id": [r["id"] for r in rows], "payload": pa.array([r["payload"] for r in rows], pa.binary()),
@@ -83,6 +83,10 @@ def test_parquet_ingest_puts_every_row_in_kafkas_partition_in_input_order(spark,
         assert result.records[p] == len(expected)
     report = verify_paths([tmp_path / "logs"])
     assert not report.problems and report.records == len(rows)
+    back = spark.read.format("logsegments").load(str(tmp_path / "logs")).select("key", "value", "timestamp").collect()
+    assert sorted((r.key, r.value, r.timestamp) for r in back) == sorted(
+        (r["id"].encode(), r["payload"], r["ts"]) for r in rows
+    )
 
 
 def test_data_source_round_trip_of_headers_nulls_and_timestamps_across_tasks(spark, tmp_path):
@@ -91,7 +95,7 @@ def test_data_source_round_trip_of_headers_nulls_and_timestamps_across_tasks(spa
     rows = [
         Row(key=b"k%d" % (i % 37), value=None if i % 9 == 0 else b"v%d" % i,
             headers=[] if i % 4 else [Row(key="trace", value=b"%d" % i), Row(key="empty", value=None)],
-            timestamp=dt.datetime.fromtimestamp((TS0 + i) / 1000, tz=dt.timezone.utc))
+            timestamp=dt.datetime.fromtimestamp((TS0 + i) / 1000, tz=dt.UTC))
         for i in range(900)
     ]
     schema = "key binary, value binary, headers array<struct<key:string,value:binary>>, timestamp timestamp"
@@ -175,8 +179,7 @@ def test_cli_ingest_with_compaction_keeps_the_latest_row_per_key(tmp_path):
     _java_or_skip()
     rows = [{"sku": f"sku-{i % 120}", "price": i, "ts": TS0 + i} for i in range(3000)]
     with open(tmp_path / "in.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+        f.writelines(json.dumps(r) + "\n" for r in rows)
     cli = Path(sys.executable).with_name("logcleaner")
     proc = subprocess.run(
         [str(cli), "ingest", str(tmp_path / "in.jsonl"), "--topic", "prices", "--partitions", "3", "--key-column", "sku",

@@ -17,7 +17,11 @@ from segments.bulk_write import (
     new_job_id,
     staging_dir,
 )
-from segments.checkpoint import CLEANER_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, read_offset_checkpoint
+from segments.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    read_offset_checkpoint,
+)
 from segments.errors import LockTimeoutError, LogStateError
 from segments.locks import WRITER_LOCK, PartitionLock
 from segments.log import LogConfig, PartitionLog, update_log_dir_checkpoint
