@@ -84,8 +84,8 @@ def test_parquet_ingest_puts_every_row_in_kafkas_partition_in_input_order(spark,
     report = verify_paths([tmp_path / "logs"])
     assert not report.problems and report.records == len(rows)
     back = spark.read.format("logsegments").load(str(tmp_path / "logs")).select("key", "value", "timestamp").collect()
-    assert sorted((r.key, r.value, r.timestamp) for r in back) == sorted(
-        (r["id"].encode(), r["payload"], r["ts"]) for r in rows
+    assert sorted((r.key, r.value, round(r.timestamp.timestamp() * 1000)) for r in back) == sorted(
+        (r["id"].encode(), r["payload"], round(r["ts"].timestamp() * 1000)) for r in rows
     )
 
 
