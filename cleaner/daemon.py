@@ -133,7 +133,21 @@ class Daemon:
             "log_dirs_offline": len(self.manager.offline_log_dirs),
             "uncleanable": {str(d): v for d, v in self.manager.uncleanable_by_log_dir().items()},
             "partitions": [(s.topic, s.partition, str(s.log_dir), s.dirty_ratio, s.cleanable_bytes) for s in snapshot],
+            "log_dirs": self._log_dir_usage(snapshot),
         }
+
+    def _log_dir_usage(self, snapshot) -> dict[str, tuple[int, int, int]]:
+        """log dir -> (bytes of its partitions at their last survey, free bytes, size of its filesystem)."""
+        usage: dict[str, tuple[int, int, int]] = {}
+        for log_dir in self.manager.log_dirs:
+            logs = sum(s.total_bytes for s in snapshot if s.log_dir == log_dir)
+            try:
+                fs = os.statvfs(log_dir)
+                free, size = fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize
+            except OSError:
+                free = size = 0
+            usage[str(log_dir)] = (logs, free, size)
+        return usage
 
     def health(self) -> dict:
         alive = self.pool.threads_alive

@@ -23,6 +23,8 @@ for the gauges (so they are never stale). Names:
 | logcleaner_records_removed_total, logcleaner_bytes_removed_total | what cleaning removed |
 | logcleaner_retention_segments_deleted_total, logcleaner_retention_bytes_deleted_total | what retention deleted |
 | logcleaner_threads_alive, logcleaner_log_dirs_offline | pool and log-dir health |
+| logcleaner_log_dir_bytes{log_dir} | bytes of the log dir's partitions (as last surveyed) |
+| logcleaner_log_dir_free_bytes{log_dir}, logcleaner_log_dir_capacity_bytes{log_dir} | its filesystem |
 | logcleaner_io_budget_bytes_per_second | the throttle's budget (per device) |
 """
 
@@ -148,6 +150,13 @@ class _StateCollector:
                     [([d], c) for d, (c, _) in uncleanable.items()])
         yield gauge("logcleaner_uncleanable_bytes", "Cleanable bytes of uncleanable partitions.", None, ["log_dir"],
                     [([d], b) for d, (_, b) in uncleanable.items()])
+        usage = state.get("log_dirs", {})  # log_dir -> (log bytes, free bytes, filesystem bytes)
+        for i, (name, doc) in enumerate((
+            ("logcleaner_log_dir_bytes", "Bytes of the log dir's partitions, as last surveyed."),
+            ("logcleaner_log_dir_free_bytes", "Free bytes of the log dir's filesystem (for unprivileged users)."),
+            ("logcleaner_log_dir_capacity_bytes", "Size of the log dir's filesystem."),
+        )):
+            yield gauge(name, doc, None, ["log_dir"], [([d], v[i]) for d, v in usage.items()])
         partitions = state["partitions"]  # (topic, partition, log_dir, ratio, cleanable)
         labels = ["topic", "partition", "log_dir"]
         yield gauge("logcleaner_partition_dirty_ratio", "Dirty ratio of each partition.", None, labels,
