@@ -35,6 +35,7 @@ __all__ = [
     "SPARK_SCHEMA_DDL",
     "EncodedBatches",
     "binary_column",
+    "binary_parts",
     "encode_table",
     "read_arrow_batches",
     "scan_to_arrow",
@@ -207,7 +208,7 @@ def binary_column(column: pa.ChunkedArray | pa.Array, name: str) -> pa.Array:
     return column
 
 
-def _binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(valid, offsets int64 into data, data uint8) of a binary array; a sliced array's offsets are absolute."""
     n = len(array)
     _, offsets, data = array.buffers()
@@ -228,8 +229,8 @@ def _header_parts(headers: pa.Array | None, n: int):
     hk = binary_column(entry_key, "headers.key")
     if hk.null_count:
         raise ValueError("a header key is null; Kafka header keys are strings")
-    _, hk_off, hk_data = _binary_parts(hk)
-    hv_valid, hv_off, hv_data = _binary_parts(binary_column(entry_value, "headers.value"))
+    _, hk_off, hk_data = binary_parts(hk)
+    hv_valid, hv_off, hv_data = binary_parts(binary_column(entry_value, "headers.value"))
     return list_off, hk_off, hk_data, hv_valid, hv_off, hv_data
 
 
@@ -257,8 +258,8 @@ def encode_table(
         raise ValueError(f"records per batch must be at least 1, got {records_per_batch}")
     if n == 0:
         return EncodedBatches({}, {})
-    k_valid, k_off, k_data = _binary_parts(keys)
-    v_valid, v_off, v_data = _binary_parts(values)
+    k_valid, k_off, k_data = binary_parts(keys)
+    v_valid, v_off, v_data = binary_parts(values)
     h_list, hk_off, hk_data, hv_valid, hv_off, hv_data = _header_parts(headers, n)
     order = np.argsort(partitions, kind="stable").astype(np.int64)
     part = np.ascontiguousarray(partitions[order], dtype=np.int64)

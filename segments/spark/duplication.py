@@ -27,6 +27,8 @@ def _bloom_task(filter_bytes: int, hashes: int):
         from offsetmap import hash_key_spans
         from offsetmap.bloom import KeyBloomFilter
 
+        from ..arrow_records import binary_parts
+
         filters: dict[tuple[str, int], list] = {}
         for batch in batches:
             if batch.num_rows == 0:
@@ -41,13 +43,9 @@ def _bloom_task(filter_bytes: int, hashes: int):
                     sub = pc.filter(batch.column("key"), mask)
                 entry = filters.setdefault((t, p), [KeyBloomFilter.for_memory(filter_bytes, hashes), 0, 0])
                 entry[1] += len(sub)
-                valid = sub.is_valid().to_numpy(zero_copy_only=False)
+                valid, offsets, buf = binary_parts(sub)
                 entry[2] += int(np.count_nonzero(~valid))
-                offsets = np.frombuffer(sub.buffers()[1], dtype=np.int32, count=len(sub) + 1, offset=sub.offset * 4)
-                data = sub.buffers()[2]
-                buf = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
-                lengths = np.where(valid, np.diff(offsets), -1).astype(np.int64)
-                h1, h2 = hash_key_spans(buf, offsets[:-1].astype(np.int64), lengths)
+                h1, h2 = hash_key_spans(buf, offsets[:-1], np.where(valid, np.diff(offsets), -1))
                 entry[0].add_hashes(h1[valid], h2[valid])
         for (t, p), (bloom, records, unkeyed) in filters.items():
             yield pa.RecordBatch.from_pydict(

@@ -212,7 +212,7 @@ class LogSegmentsWriter(DataSourceArrowWriter):
         import numpy as np
         import pyarrow as pa
 
-        from ..arrow_records import binary_column, encode_table
+        from ..arrow_records import binary_column, binary_parts, encode_table
         from ..partitioner import partitions_for_spans
 
         table = pa.Table.from_batches(batches)
@@ -224,10 +224,8 @@ class LogSegmentsWriter(DataSourceArrowWriter):
                 "for every record"
             )
         values = binary_column(table.column(self.value_column), self.value_column)
-        offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=len(keys) + 1, offset=keys.offset * 4)
-        data = keys.buffers()[2]
-        data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
-        parts = partitions_for_spans(data, offsets[:-1].astype(np.int64), np.diff(offsets).astype(np.int64), self.partitions)
+        _, offsets, data = binary_parts(keys)
+        parts = partitions_for_spans(data, offsets[:-1], np.diff(offsets), self.partitions)
         headers = None
         if self.headers_column is not None:
             headers = table.column(self.headers_column).combine_chunks()
