@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from offsetmap import OffsetMap, hash_key_spans
+from segments import faults
 from segments import format as fmt
 from segments.legacy import encode_legacy_wrapper
 from segments.log import PartitionLog
@@ -424,10 +425,12 @@ def clean_group(
                         memoryview(output.data)[:written], output.positions[:batches],
                         output.last_offsets[:batches], output.max_timestamps[:batches],
                     )
+                    faults.hit("recopy.mid_group")
         if cleaned is not None:
             _write_txn_index(cleaned, group, kept_markers, original_txns, ctx.survey)
             cleaned.finalise()
             cleaned.set_last_modified_ns(group[-1].last_modified_ns())
+            faults.hit("recopy.group_written")
         stats.groups.append((group[0].base_offset, len(group)))
         return cleaned
     except BaseException:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from offsetmap import OffsetMap
+from segments import faults
 from segments.checkpoint import CLEANER_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
 from segments.log import PartitionLog
 from segments.readahead import WindowRing
@@ -128,6 +129,7 @@ def clean_round(
     survey = survey_log(log_, ring)
     survey_s = time.monotonic() - started
     on_bytes(survey.bytes_read, "read")
+    faults.hit("round.after_survey")
     checkpoint = log_.read_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT)
     high_watermark = log_.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT)
     rng = cleanable_range(
@@ -154,6 +156,7 @@ def clean_round(
         log_, survey, offset_map, rng.first_dirty, rng.first_uncleanable, check_abort=check_abort, on_bytes=on_bytes,
         ring=ring,
     )
+    faults.hit("round.after_index")
     segments = log_.segments
     clean_section = [s for s in segments if s.base_offset < rng.first_dirty]
     legacy_horizon = clean_section[-1].last_modified_ns() // 1_000_000 - topic.delete_retention_ms if clean_section else 0
@@ -181,7 +184,9 @@ def clean_round(
         if cleaned is not None:
             log_.replace_segments([cleaned], group)
     if not dry_run:
+        faults.hit("checkpoint.before_write")
         log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, index.end_offset)
+        faults.hit("checkpoint.after_write")
     result = _result(log_, rng, index, groups, stats, dry_run, size_before, survey_s, index.elapsed_s, started, offset_map)
     log.info("%s", result.log_line())
     if result.invalid_records:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from . import faults
+
 __all__ = ["FileOps", "DEFAULT_FILE_OPS"]
 
 
@@ -25,9 +27,11 @@ class FileOps:
             os.fsync(fd)
         finally:
             os.close(fd)
+        faults.hit("fileops.fsync")
 
     def fsync_fd(self, fd: int) -> None:
         os.fsync(fd)
+        faults.hit("fileops.fsync")
 
     def fsync_dir(self, path: str | os.PathLike) -> None:
         """Make renames, creations and removals in directory `path` durable."""
@@ -36,17 +40,29 @@ class FileOps:
             os.fsync(fd)
         finally:
             os.close(fd)
+        faults.hit("fileops.fsync_dir")
 
     def rename(self, src: str | os.PathLike, dst: str | os.PathLike) -> None:
         """Atomically rename `src` to `dst`, replacing `dst` if it exists (same filesystem)."""
         os.replace(src, dst)
+        faults.hit("fileops.rename")
 
     def remove(self, path: str | os.PathLike) -> None:
         """Remove a file; a file that is already gone is not an error."""
         try:
             os.remove(path)
         except FileNotFoundError:
-            pass
+            return
+        faults.hit("fileops.remove")
+
+    def pwrite_all(self, fd: int, data: bytes | memoryview, position: int) -> None:
+        """Write all of `data` at `position` (pwrite may write less than asked); ENOSPC/EIO propagate."""
+        faults.hit("fileops.pwrite")
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, position)
+            view = view[written:]
+            position += written
 
     def write_atomic(self, path: str | os.PathLike, data: bytes) -> None:
         """Replace `path` with `data` so that a crash leaves either the old or the new content.
@@ -57,13 +73,13 @@ class FileOps:
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            self.pwrite_all(fd, data, 0)
             self.fsync_fd(fd)
-        finally:
+        except BaseException:
             os.close(fd)
+            self.remove(tmp)
+            raise
+        os.close(fd)
         self.rename(tmp, path)
         self.fsync_dir(path.parent)
 

@@ -76,20 +76,11 @@ _PENDING_BYTES_MAX = 64 * 1024  # appended entries waiting for a write; append w
 ArrayLike = npt.ArrayLike
 
 
-def _write_all(fd: int, data: bytes, position: int) -> None:
-    """Write all of `data` at `position` (pwrite may write less than asked)."""
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, position)
-        view = view[written:]
-        position += written
-
-
 def _write_new_file(path: str | os.PathLike, data: bytes, file_ops: FileOps) -> None:
     """Replace the content of `path` with `data` in one write, then fsync the file (not the directory)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _write_all(fd, data, 0)
+        file_ops.pwrite_all(fd, data, 0)
         file_ops.fsync_fd(fd)
     finally:
         os.close(fd)
@@ -330,7 +321,7 @@ class _EntryFile:
         try:
             if self._n > self._file_entries:
                 data = self._encode_columns(self._cols, self._file_entries, self._n)
-                _write_all(fd, data, self._file_entries * self._entry_bytes)
+                self.file_ops.pwrite_all(fd, data, self._file_entries * self._entry_bytes)
             size = self._n * self._entry_bytes
             if self._file_bytes != size:
                 os.ftruncate(fd, size)

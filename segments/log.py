@@ -40,10 +40,15 @@ from typing import Literal
 
 import numpy as np
 
+from . import faults
 from . import format as fmt
+from . import pathcheck
 from .checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
     update_offset_checkpoint,
 )
@@ -60,6 +65,9 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["writer", "cleaner", "reader"]
 
+LOG_DIR_CHECKPOINTS = (
+    CLEANER_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+)
 _CHECKPOINT_LOCK = ".logcleaner-checkpoints.lock"  # in the log dir root; guards read-modify-write of checkpoints
 _LOCK_TIMEOUT_S_DEFAULT = 30.0
 _FETCH_BYTES_DEFAULT = 1024 * 1024
@@ -102,12 +110,10 @@ class AppendInfo:
 def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
     """(topic, partition) of a `<topic>-<partition>` directory name, split at the last '-'; else None.
 
-    Suffixed forms (`-delete`, `-future`, `-stray`) are not partition directories and give None.
+    Kafka's grammar (`segments.pathcheck`): a topic of 1..249 `[a-zA-Z0-9._-]`, a canonical non-negative
+    int32 partition. Suffixed forms (`-delete`, `-future`, `-stray`) and every other name give None.
     """
-    topic, dash, partition = name.rpartition("-")
-    if not dash or not topic or not partition.isdigit():
-        return None
-    return topic, int(partition)
+    return pathcheck.parse_partition_dir_name(name)
 
 
 def update_log_dir_checkpoint(
@@ -131,13 +137,27 @@ def update_log_dir_checkpoint(
             update_offset_checkpoint(root / name, {key: offset}, file_ops=file_ops)
 
 
+def remove_stale_checkpoint_temps(log_dir: str | os.PathLike, *, file_ops: FileOps = DEFAULT_FILE_OPS) -> None:
+    """Remove `<checkpoint>.tmp` files a crash left in `log_dir` mid-write (under the checkpoint lock, so a
+    write in progress elsewhere is never disturbed); the checkpoint itself is intact (old or new)."""
+    root = Path(log_dir)
+    stale = [root / (name + ".tmp") for name in LOG_DIR_CHECKPOINTS]
+    if not any(p.exists() for p in stale):
+        return
+    with PartitionLock(root, _CHECKPOINT_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT):
+        for path in stale:
+            file_ops.remove(path)
+
+
 class PartitionLog:
     """One partition's segments. Use `PartitionLog.open(...)`; close with `close()` or a `with` block."""
 
     def __init__(self, directory: Path, mode: Mode, config: LogConfig, file_ops: FileOps, clock_ms: Callable[[], int]):
         parsed = parse_partition_dir_name(directory.name)
         if parsed is None:
-            raise LogStateError(f"{directory}: not a partition directory name (<topic>-<partition>)")
+            problem = pathcheck.partition_dir_name_problem(directory.name)
+            raise LogStateError(f"{pathcheck.display_path(directory)}: not a partition directory name "
+                                f"(<topic>-<partition>): {problem}")
         self.directory = directory
         self.topic, self.partition = parsed
         self.mode: Mode = mode
@@ -181,7 +201,9 @@ class PartitionLog:
                 raise ValueError("only a writer creates a partition directory")
             directory.mkdir(parents=True, exist_ok=True)
         elif not directory.is_dir():
-            raise LogStateError(f"{directory}: no such partition directory")
+            raise LogStateError(f"{pathcheck.display_path(directory)}: no such partition directory")
+        # Nothing inside a log dir is followed: the directory and its entries are checked before any open.
+        pathcheck.check_partition_dir(directory)
         self = cls(directory, mode, config or LogConfig(), file_ops, clock_ms or (lambda: int(time.time() * 1000)))
         self._lock_timeout_s = lock_timeout_s
         try:
@@ -209,6 +231,8 @@ class PartitionLog:
             return
         with PartitionLock(self.directory, SWAP_LOCK).acquire(timeout_s=self._lock_timeout_s):
             self._recover_leftovers()
+            remove_stale_checkpoint_temps(self.directory.parent, file_ops=self.file_ops)
+            self.file_ops.remove(self.directory / (LEADER_EPOCH_CHECKPOINT + ".tmp"))
             self._list_segments()
             self._load_log_start_offset()
             if self.mode == "writer":
@@ -265,7 +289,7 @@ class PartitionLog:
             parsed = parse_segment_file_name(name)
             if parsed is not None and parsed.kind == fmt.LOG_SUFFIX and parsed.state == "":
                 try:
-                    found[parsed.offset] = os.stat(self.directory / name).st_ino
+                    found[parsed.offset] = pathcheck.check_not_link(self.directory / name).st_ino
                 except FileNotFoundError:
                     continue
         keep = []
@@ -681,17 +705,26 @@ class PartitionLog:
                         raise LogStateError(f"{old.paths.log} is the active segment; it is never cleaned")
                 for new in new_segments:
                     assert new.suffix == fmt.CLEANED_SUFFIX, new
+                    # The new files take the mode (and, as root, the owner) of the segment they replace, so
+                    # the log's writer keeps the access it had (segments.pathcheck, "Owners").
+                    reference = current.get(new.base_offset) or old_segments[0]
+                    pathcheck.copy_ownership(new.paths.all(), os.fstat(reference.fileno()),
+                                             fsync_fd=self.file_ops.fsync_fd)
                 for new in sorted(new_segments, key=lambda s: s.base_offset, reverse=True):
                     new.change_suffix(fmt.SWAP_SUFFIX)
+                    faults.hit("swap.renamed_to_swap")
                 self.file_ops.fsync_dir(self.directory)
                 for old in sorted(old_segments, key=lambda s: s.base_offset):
                     old.change_suffix(fmt.DELETED_SUFFIX)
+                    faults.hit("swap.renamed_to_deleted")
                 self.file_ops.fsync_dir(self.directory)
                 for new in new_segments:
                     new.change_suffix("")
+                    faults.hit("swap.renamed_live")
                 self.file_ops.fsync_dir(self.directory)
                 for old in old_segments:
                     old.delete_files()
+                    faults.hit("swap.old_deleted")
                     # Producer snapshots of merged-away segments go too (Kafka deletes them likewise).
                     snapshot = self.directory / fmt.offset_file_name(old.base_offset, fmt.SNAPSHOT_SUFFIX)
                     if old.base_offset not in {n.base_offset for n in new_segments}:

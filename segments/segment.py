@@ -30,7 +30,7 @@ from . import format as fmt
 from .errors import CorruptRecordError, TruncatedBatchError
 from .fileio import DEFAULT_FILE_OPS, FileOps
 from .index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries
-from .legacy import decode_legacy_header
+from .legacy import decode_legacy_header, decode_legacy_header_fields
 from .records import BatchHeader, RecordBatch, decode_batch, decode_batch_header_fields
 from .txnindex import TransactionIndex
 
@@ -237,10 +237,12 @@ class LogSegment:
             return None  # 17 bytes or fewer: not even a torn batch can be told from them
         head = self.pread(position, fmt.RECORD_BATCH_OVERHEAD)
         try:
-            if head[fmt.MAGIC_OFFSET] != fmt.MAGIC_V2:
-                size = fmt.PREFIX.unpack_from(head)[1] + fmt.LOG_OVERHEAD
-                head = self.pread(position, size) if size > len(head) else head
-            header = peek_header(head, 0)
+            # Header fields only: reading a legacy entry whole would allocate its declared size (up to 2 GiB
+            # when corrupt) before knowing whether it fits the file.
+            if head[fmt.MAGIC_OFFSET] == fmt.MAGIC_V2:
+                header = decode_batch_header_fields(head, 0)
+            else:
+                header = decode_legacy_header_fields(head, 0)
         except TruncatedBatchError:
             return None
         except CorruptRecordError as exc:
@@ -424,10 +426,7 @@ class LogSegment:
         if not 0 <= largest_offset - self.base_offset <= fmt.RELATIVE_OFFSET_MAX:
             raise ValueError(f"offset {largest_offset} does not fit segment {self.base_offset}")
         position = self.size_bytes
-        view = memoryview(data)
-        while view:
-            written = os.pwrite(self._fd, view, position + (len(data) - len(view)))
-            view = view[written:]
+        self.file_ops.pwrite_all(self._fd, data, position)
         self.size_bytes += len(data)
         if max_timestamp > self._max_timestamp_so_far:
             self._max_timestamp_so_far = max_timestamp
@@ -463,10 +462,7 @@ class LogSegment:
         if self.size_bytes + len(data) > fmt.RELATIVE_OFFSET_MAX:
             raise ValueError(f"{self.paths.log} would grow past 2^31-1 bytes; positions would not fit the index")
         start = self.size_bytes
-        view = memoryview(data)
-        written_total = 0
-        while written_total < len(view):
-            written_total += os.pwrite(self._fd, view[written_total:], start + written_total)
+        self.file_ops.pwrite_all(self._fd, data, start)
         self.size_bytes += len(data)
         positions = np.asarray(batch_positions, dtype=np.int64)
         sizes = np.diff(np.append(positions, len(data)))

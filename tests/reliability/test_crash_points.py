@@ -1,0 +1,130 @@
+"""`logcleaner clean` killed with SIGKILL at every step of its rounds: nothing is lost, half-applied or left over.
+
+The scenario (`scenario.build_scenario`) is cleaned once unarmed with `LOGCLEANER_FAULT_TRACE` set, which
+lists every fault point the run passes, in order (`<point> <n>`). Then, for each of those steps, a fresh
+copy is cleaned by a child process armed with `LOGCLEANER_FAULT=<point>@<n>`, which kills itself there;
+the copy must then satisfy `scenario.check_after_crash` for both partitions, and a second, unarmed
+`logcleaner clean` must finish the job keeping exactly the records the uncrashed run keeps. (Not the same
+bytes: a group swapped in before the crash is cleaned a second time, which may stamp a delete horizon on
+a marker the single run would stamp one round later.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from segments import faults
+
+from .scenario import (
+    CLEAN_ARGS,
+    PARTITIONS,
+    TOPIC,
+    build_scenario,
+    check_after_crash,
+    committed_records,
+    copy_tree,
+    snapshot,
+    temp_files,
+)
+
+HARNESS = Path(__file__).with_name("crash_harness.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+class Harness:
+    """The fork server of `crash_harness.py`, one per test module."""
+
+    def __init__(self, warmup: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HARNESS), str(warmup), *CLEAN_ARGS],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        )
+        assert json.loads(self.proc.stdout.readline()) == {"ready": True}
+
+    def run(self, log_dir: Path, fault: str | None = None, trace: Path | None = None) -> dict:
+        request = {"log_dir": str(log_dir), "fault": fault, "trace": str(trace) if trace else None}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("crash")
+    template = build_scenario(root / "template")
+    harness = Harness(copy_tree(template, root / "warmup"))
+    reference = copy_tree(template, root / "reference")
+    trace = root / "trace"
+    assert harness.run(reference, trace=trace) == {"exit_code": 0, "signal": None}
+    steps = [tuple(line.split()) for line in trace.read_text().splitlines()]
+    parts = [f"{TOPIC}-{p}" for p in range(PARTITIONS)]
+    old = {p: snapshot(template / p) for p in parts}
+    new = {p: snapshot(reference / p) for p in parts}
+    inputs = {p: committed_records(template / p) for p in parts}
+    committed_after = {p: committed_records(reference / p) for p in parts}
+    yield {"root": root, "template": template, "harness": harness, "steps": steps,
+           "old": old, "new": new, "inputs": inputs, "committed_after": committed_after}
+    harness.close()
+
+
+def test_the_unarmed_run_passes_every_named_point_of_a_multi_group_round(world):
+    names = {point for point, _ in world["steps"]}
+    assert names == set(faults.POINTS), f"points never reached: {set(faults.POINTS) - names}"
+    counts = {point: max(int(n) for p, n in world["steps"] if p == point) for point in names}
+    assert counts["swap.renamed_live"] >= 2 * PARTITIONS, "the scenario must swap several groups per partition"
+    assert counts["round.after_index"] == PARTITIONS
+
+
+def _crash_and_check(world, case_dir: Path, point: str, n: str) -> None:
+    log_dir = copy_tree(world["template"], case_dir)
+    answer = world["harness"].run(log_dir, fault=f"{point}@{n}")
+    assert answer == {"exit_code": None, "signal": signal.SIGKILL}, f"{point}@{n} did not kill the cleaner: {answer}"
+    for p, old in world["old"].items():
+        check_after_crash(log_dir / p, old, world["new"][p], world["inputs"][p])
+    assert temp_files(log_dir) == [], f"{point}@{n}: temporary files left"
+    assert world["harness"].run(log_dir) == {"exit_code": 0, "signal": None}
+    for p in world["new"]:
+        assert committed_records(log_dir / p) == world["committed_after"][p], (
+            f"{point}@{n}: the rerun after the crash keeps other records than the uncrashed run"
+        )
+
+
+def test_sigkill_at_every_step_leaves_each_group_old_or_new_and_a_rerun_finishes(world, tmp_path):
+    steps = world["steps"]
+    assert len(steps) > 200
+    for i, (point, n) in enumerate(steps):
+        _crash_and_check(world, tmp_path / f"case-{i}", point, n)
+
+
+def test_environment_variable_arms_a_fresh_process(world, tmp_path):
+    """The same arming reaches a real `logcleaner` started from scratch (no fork server)."""
+    log_dir = copy_tree(world["template"], tmp_path / "logs")
+    env = dict(os.environ, **{faults.ENV_FAULT: "swap.renamed_to_deleted@2"})
+    cli = Path(sys.executable).with_name("logcleaner")
+    proc = subprocess.run([str(cli), "clean", str(log_dir), *CLEAN_ARGS], env=env, capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    names = os.listdir(log_dir / f"{TOPIC}-0")
+    assert any(n.endswith(".deleted") for n in names) and any(n.endswith(".swap") for n in names)
+    for p, old in world["old"].items():
+        check_after_crash(log_dir / p, old, world["new"][p], world["inputs"][p])
+
+
+def test_a_bad_fault_spec_is_refused_at_start(tmp_path):
+    env = dict(os.environ, **{faults.ENV_FAULT: "swap.no_such_point"})
+    cli = Path(sys.executable).with_name("logcleaner")
+    proc = subprocess.run([str(cli), "clean", str(tmp_path)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "unknown fault point 'swap.no_such_point'" in proc.stderr
