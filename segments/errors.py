@@ -99,3 +99,14 @@ class IndexOffsetOverflowError(IndexAppendError):
 
     Kafka's `IndexOffsetOverflowException`; old logs that hit it are split into segments during recovery.
     """
+
+
+class LinkRefusedError(SegmentError):
+    """A path inside a log dir (a partition directory, a segment, index, checkpoint or lock file) is a
+    symbolic link. Nothing inside a log dir is followed: the link's target is never read nor written."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        from .pathcheck import display_path
+
+        super().__init__(f"{display_path(self.path)}: is a symbolic link; logcleaner does not follow links inside a log dir")

@@ -1,0 +1,189 @@
+"""What logcleaner accepts inside a log dir: partition directory names, and no symbolic links.
+
+Owns two rules and the helpers that enforce them; it reads directory entries (`lstat`, `scandir`) and
+never reads or writes a file's content.
+
+* Names. A partition directory is `<topic>-<partition>`, split at the last `-`, as Kafka names them: the
+  topic is 1..249 characters of `[a-zA-Z0-9._-]` and neither `.` nor `..`; the partition is a
+  non-negative int32 in canonical decimal (ASCII digits, no sign, no leading zero), so one partition has
+  exactly one directory name. Kafka's `<topic>-<partition>.<id>-delete`, `-future` and `-stray`
+  directories and `lost+found` are known not to be partitions and are passed over quietly; any other
+  directory is not a partition either, and callers report it (`partition_dir_name_problem`).
+* Links. Nothing inside a log dir that is a symbolic link is followed: not a partition directory, not a
+  segment, index, snapshot, checkpoint, lock or temporary file. `check_partition_dir` refuses a
+  partition directory that is a link or holds one (`LinkRefusedError`, naming the path), before anything
+  in it is opened; opens that create or truncate files add `O_NOFOLLOW` on top (`open_no_follow`), so a
+  link that appears after the check fails the open instead of being written through. A log dir path
+  itself may be a link (the operator's choice); callers resolve it once.
+
+* Owners. Files that cleaning writes in place of a segment's files take that segment's mode and, when
+  the cleaner runs as root, its owner and group (`copy_ownership`), so the log's writer (a broker, a
+  writer process running as another user) keeps the access it had. A cleaner that is not root cannot
+  give files away: it keeps the mode, and the files become its own.
+
+Limits of the link rule: `O_NOFOLLOW` guards the last path component only, and the listing check and the
+open are two steps. Someone who can rename entries inside a log dir between the two could still redirect
+an open; such a person can rewrite the data anyway. The rule is against links left by operators, tools
+and backups, not against an attacker with write access to the log dir.
+
+Names from the filesystem may hold any bytes (newlines, invalid UTF-8); `display_path` renders them on
+one printable line for logs, error messages and JSON.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from .errors import LinkRefusedError, LogStateError
+
+__all__ = [
+    "PARTITION_MAX",
+    "TOPIC_NAME_CHARS_MAX",
+    "check_not_link",
+    "check_partition_dir",
+    "copy_ownership",
+    "describe_os_error",
+    "display_path",
+    "is_known_non_partition_dir",
+    "open_no_follow",
+    "parse_partition_dir_name",
+    "partition_dir_name_problem",
+]
+
+TOPIC_NAME_CHARS_MAX = 249  # Kafka's Topic.MAX_NAME_LENGTH
+PARTITION_MAX = 2**31 - 1  # partitions are int32 on the wire and in checkpoints
+_TOPIC = re.compile(r"[A-Za-z0-9._-]+")
+_PARTITION = re.compile(r"0|[1-9][0-9]*")
+# Kafka's directories of a partition being deleted, moved between log dirs, or left over (KIP-858).
+_KAFKA_NON_PARTITION = re.compile(r"[A-Za-z0-9._-]+-[0-9]+\.[A-Za-z0-9]+-(delete|future|stray)")
+_NON_PARTITION_NAMES = frozenset({"lost+found"})  # fsck's directory at the root of an ext* filesystem
+
+
+def partition_dir_name_problem(name: str) -> str | None:
+    """Why `name` is not a valid partition directory name (one line, no need to quote), or None if it is."""
+    topic, dash, partition = name.rpartition("-")
+    if not dash:
+        return "not <topic>-<partition>: no '-'"
+    if not _PARTITION.fullmatch(partition):
+        return "the partition after the last '-' is not a non-negative decimal integer without leading zeros"
+    if int(partition) > PARTITION_MAX:
+        return f"partition {partition} is larger than {PARTITION_MAX}"
+    if not topic:
+        return "the topic before the last '-' is empty"
+    if len(topic) > TOPIC_NAME_CHARS_MAX:
+        return f"the topic is {len(topic)} characters long; Kafka allows at most {TOPIC_NAME_CHARS_MAX}"
+    if topic in (".", ".."):
+        return f"the topic may not be {topic!r}"
+    if not _TOPIC.fullmatch(topic):
+        return "the topic has characters other than ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a valid `<topic>-<partition>` directory name; None for any other name."""
+    if partition_dir_name_problem(name) is not None:
+        return None
+    topic, _, partition = name.rpartition("-")
+    return topic, int(partition)
+
+
+def is_known_non_partition_dir(name: str) -> bool:
+    """Kafka's `-delete`/`-future`/`-stray` directories and `lost+found`: not partitions, not worth a warning."""
+    return name in _NON_PARTITION_NAMES or _KAFKA_NON_PARTITION.fullmatch(name) is not None
+
+
+def display_path(path: str | bytes | os.PathLike) -> str:
+    """`path` on one printable line: undecodable bytes as `\\xNN`, control and invisible characters escaped."""
+    raw = os.fsencode(path)
+    text = raw.decode("utf-8", "backslashreplace")
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def check_not_link(path: str | os.PathLike) -> os.stat_result:
+    """`lstat(path)`; raises `LinkRefusedError` if it is a symbolic link (`OSError` if it cannot be stat'ed)."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise LinkRefusedError(path)
+    return st
+
+
+def check_partition_dir(directory: str | os.PathLike) -> None:
+    """Require `directory` to be a real directory holding no symbolic link, before anything in it is opened.
+
+    Raises `LinkRefusedError` naming the directory or the first link found in it, `LogStateError` if it
+    is not a directory, `OSError` if it cannot be listed (e.g. `PermissionError`).
+    """
+    st = check_not_link(directory)
+    if not stat.S_ISDIR(st.st_mode):
+        raise LogStateError(f"{display_path(directory)}: not a directory")
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.is_symlink():
+                raise LinkRefusedError(Path(directory) / entry.name)
+
+
+def open_no_follow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
+    """`os.open(path, flags | O_NOFOLLOW, mode)`; a symbolic link raises `LinkRefusedError`, not ELOOP."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkRefusedError(path) from None
+        raise
+
+
+def describe_os_error(exc: OSError) -> str:
+    """A one-line message for an `OSError` about a file: the path first, then what went wrong.
+
+    A permission problem says whose file it is and who is asking (the usual cause: the cleaner runs as
+    another user than the one that owns the log); ELOOP from an `O_NOFOLLOW` open is a refused link.
+    """
+    if exc.filename is None:
+        return str(exc)
+    path = display_path(exc.filename)
+    if exc.errno == errno.ELOOP:
+        return f"{path}: is a symbolic link; logcleaner does not follow links inside a log dir"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        try:
+            st = os.lstat(exc.filename)
+            whose = f"owner uid {st.st_uid}, gid {st.st_gid}, mode {stat.S_IMODE(st.st_mode):04o}; "
+        except OSError:
+            whose = ""
+        return f"{path}: permission denied ({whose}logcleaner runs as uid {os.geteuid()}, gid {os.getegid()})"
+    return f"{path}: {exc.strerror or exc}"
+
+
+def copy_ownership(
+    paths: Iterable[str | os.PathLike], reference: os.stat_result, *, fsync_fd: Callable[[int], None]
+) -> None:
+    """Give each existing file of `paths` the permission bits of `reference` and, as root, its owner and group.
+
+    Requires files the caller created (never links: they are opened with `O_NOFOLLOW`). A file whose
+    metadata changed is fsynced through `fsync_fd`, so the change is as durable as its data; files that
+    already match are left alone (the usual case: the cleaner runs as the log's owner).
+    """
+    mode = stat.S_IMODE(reference.st_mode)
+    as_root = os.geteuid() == 0
+    for path in paths:
+        try:
+            fd = open_no_follow(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            st = os.fstat(fd)
+            changed = False
+            if as_root and (st.st_uid, st.st_gid) != (reference.st_uid, reference.st_gid):
+                os.fchown(fd, reference.st_uid, reference.st_gid)
+                changed = True
+            if changed or stat.S_IMODE(st.st_mode) != mode:  # chown clears set-id bits: set the mode after it
+                os.fchmod(fd, mode)
+                changed = True
+            if changed:
+                fsync_fd(fd)
+        finally:
+            os.close(fd)
