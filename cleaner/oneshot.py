@@ -16,6 +16,7 @@ from pathlib import Path
 
 from offsetmap import OffsetMap, per_thread_memory_bytes
 from segments.errors import SegmentError
+from segments.fileio import DEFAULT_FILE_OPS, FileOps
 from segments.log import PartitionLog, parse_partition_dir_name
 from segments.readahead import WindowRing
 from segments.recovery import parse_segment_file_name
@@ -103,8 +104,11 @@ def clean_partition(
     dry_run: bool = False,
     once: bool = False,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
+    file_ops: FileOps = DEFAULT_FILE_OPS,
 ) -> PartitionOutcome:
-    """Clean one partition directory in rounds until done (one round with `once` or `dry_run`)."""
+    """Clean one partition directory in rounds until done (one round with `once` or `dry_run`).
+
+    `file_ops` carries every durable file operation (a fault-injecting one in the reliability tests)."""
     outcome = PartitionOutcome(str(directory))
     topic_name, _ = parse_partition_dir_name(directory.name)
     if topic_name in NEVER_CLEANED_TOPICS:
@@ -121,7 +125,7 @@ def clean_partition(
     config = topic.log_config()
     ring = WindowRing(WINDOW_BYTES)  # the rounds of a partition reuse one set of read buffers
     try:
-        with PartitionLog.open(directory, mode="cleaner", config=config) as plog:
+        with PartitionLog.open(directory, mode="cleaner", config=config, file_ops=file_ops) as plog:
             start = forced_from
             for _ in range(ROUNDS_MAX):
                 result = clean_round(

@@ -28,7 +28,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["ENV_FAULT", "ENV_TRACE", "POINTS", "FaultSpec", "arm", "disarm", "hit", "parse_spec", "reload"]
+__all__ = ["ENV_FAULT", "ENV_TRACE", "POINTS", "FaultSpec", "arm", "disarm", "hit", "parse_spec", "reload", "trace_to"]
 
 ENV_FAULT = "LOGCLEANER_FAULT"
 ENV_TRACE = "LOGCLEANER_FAULT_TRACE"
@@ -105,6 +105,12 @@ def arm(point: str, nth: int = 1, action: str | Callable[[str, int], None] = "ki
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}")
     _state = _State(FaultSpec(point, nth, action), None)
+
+
+def trace_to(path: str | os.PathLike) -> None:
+    """Record every hit in this process to `path` (as `LOGCLEANER_FAULT_TRACE` does), nothing armed."""
+    global _state
+    _state = _State(None, os.fspath(path))
 
 
 def disarm() -> None:
