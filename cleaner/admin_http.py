@@ -9,11 +9,20 @@
 | POST | /partitions/<topic>-<partition>/resume | undo one pause |
 | POST | /partitions/<topic>-<partition>/trigger | clean it next, whatever its dirty ratio |
 
+GET requests only read. Every POST changes state and needs `Authorization: Bearer <token>` with the
+daemon's admin token (`cleaner.admin_token`), checked before anything else about the request: a missing
+or wrong token gets 401 with `WWW-Authenticate: Bearer`, a daemon without a token refuses every POST
+with 403 and says how to configure one. A refused request changes nothing and is logged (client, method,
+path, why; never the token). Other methods get http.server's 501.
+
+The listen address defaults to loopback (`127.0.0.1:9464`); an empty host (`:9464`) means loopback too.
+
 Owns request parsing and JSON rendering only; every answer comes from the daemon object it is given.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import threading
@@ -21,9 +30,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .admin_token import ADMIN_TOKEN_ENV, check_authorization
 from .manager import StateError
 
-__all__ = ["AdminServer", "parse_listen"]
+__all__ = ["AdminServer", "client_url", "is_loopback", "parse_listen"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +48,34 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or `localhost`) is a loopback address."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def client_url(listen: str) -> str:
+    """The URL a client on the same host uses for a daemon listening on `listen` (a wildcard → loopback)."""
+    host, port = parse_listen(listen)
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+_NO_TOKEN_MESSAGE = (
+    "state-changing requests are disabled: this daemon has no admin token. Put a token (16 to 4096 visible ASCII "
+    "characters, e.g. from `openssl rand -hex 32`) in a file only the daemon can read, set [server] "
+    f"admin_token_file to that file and reload (SIGHUP), or start the daemon with {ADMIN_TOKEN_ENV} set; then "
+    "send 'Authorization: Bearer <token>' (logcleaner admin --token-file FILE)"
+)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "logcleaner"
     daemon = None  # set on the subclass made per server
@@ -45,15 +83,37 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt: str, *args) -> None:
         log.debug("http %s %s", self.address_string(), fmt % args)
 
-    def _send(self, code: int, body: bytes, content_type: str) -> None:
+    def _send(self, code: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
 
-    def _json(self, code: int, obj) -> None:
-        self._send(code, (json.dumps(obj, indent=1) + "\n").encode(), "application/json")
+    def _json(self, code: int, obj, headers: dict[str, str] | None = None) -> None:
+        self._send(code, (json.dumps(obj, indent=1) + "\n").encode(), "application/json", headers)
+
+    def _refuse(self, code: int, reason: str, message: str, headers: dict[str, str] | None = None) -> None:
+        """Answer `code` without reading the body (so the connection closes) and log why; no state changes."""
+        log.warning("admin request refused client=%s method=%s path=%s status=%d reason=%s",
+                    self.client_address[0], self.command, ascii(self.path[:256]), code, reason)
+        self.close_connection = True
+        self._json(code, {"error": message}, {**(headers or {}), "Connection": "close"})
+
+    def _authorized(self) -> bool:
+        """Whether the request carries the daemon's admin token; if not, the refusal has been sent."""
+        token = self.daemon.admin_token
+        if token is None:
+            self._refuse(403, "no admin token configured", _NO_TOKEN_MESSAGE)
+            return False
+        why = check_authorization(self.headers.get("Authorization"), token)
+        if why is not None:
+            self._refuse(401, why, "missing or wrong admin token: send 'Authorization: Bearer <token>'",
+                         {"WWW-Authenticate": 'Bearer realm="logcleaner"'})
+            return False
+        return True
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = self.path.split("?", 1)[0]
@@ -68,8 +128,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"no such endpoint {path}"})
 
     def do_POST(self) -> None:  # noqa: N802
-        length = int(self.headers.get("Content-Length") or 0)
+        if not self._authorized():  # before anything else: an unauthorized request learns nothing
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self.close_connection = True
+            self._json(400, {"error": "invalid Content-Length"})
+            return
         if length > _BODY_BYTES_MAX:
+            self.close_connection = True
             self._json(413, {"error": "request body too large"})
             return
         self.rfile.read(length)

@@ -50,6 +50,11 @@ def dump(files: tuple[Path, ...], deep_iteration: bool, print_data_log: bool, in
         except (SegmentError, ValueError) as exc:
             click.echo(f"error: {exc}", err=True)
             failed = True
+        except OSError as exc:  # e.g. permission denied
+            from segments.pathcheck import describe_os_error
+
+            click.echo(f"error: {describe_os_error(exc)}", err=True)
+            failed = True
     sys.exit(1 if failed else 0)
 
 
@@ -119,10 +124,13 @@ def run(config_path: Path | None, server_properties: Path | None, log_level: str
 
 
 @main.command()
-@click.option("--url", default="http://127.0.0.1:9464", show_default=True, help="The daemon's [server] listen address.")
+@click.option("--url", help="The daemon's URL. Default: from the [server] listen of -c, else http://127.0.0.1:9464.")
+@click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The daemon's TOML config: its [server] listen gives the URL.")
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON status as it is.")
-def status(url: str, as_json: bool) -> None:
+def status(url: str | None, config_path: Path | None, as_json: bool) -> None:
     """Print every partition's state, dirty ratio and last round, from a running daemon."""
+    url, _ = _daemon_address(url, config_path)
     body = _http(url.rstrip("/") + "/status", "GET")
     if as_json:
         click.echo(json.dumps(body, indent=1))
@@ -137,23 +145,66 @@ def status(url: str, as_json: bool) -> None:
             last and f"{last['records_read']} -> {last['records_written']} records in {last['elapsed_s']:.2f} s" or "")
         click.echo(f"{p['partition']:<32} {p['state']:<12} {p['dirty_ratio']:>7.3f} "
                    f"{p['cleanable_bytes'] / 1e6:>13.2f} {p['rounds']:>6}  {note}")
+    for entry in body.get("ignored", []):
+        click.echo(f"ignored: {entry['path']}: {entry['reason']}")
 
 
 @main.command()
 @click.argument("operation", type=click.Choice(["pause", "resume", "trigger"]))
 @click.argument("partition")
-@click.option("--url", default="http://127.0.0.1:9464", show_default=True, help="The daemon's [server] listen address.")
-def admin(operation: str, partition: str, url: str) -> None:
-    """Pause, resume or trigger cleaning of PARTITION (<topic>-<partition>) in a running daemon."""
-    body = _http(f"{url.rstrip('/')}/partitions/{partition}/{operation}", "POST")
+@click.option("--url", help="The daemon's URL. Default: from the [server] listen of -c, else http://127.0.0.1:9464.")
+@click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The daemon's TOML config: its [server] listen gives the URL, its admin_token_file the token.")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="File holding the daemon's admin token. Default: $LOGCLEANER_ADMIN_TOKEN, else the "
+                   "admin_token_file of -c.")
+def admin(operation: str, partition: str, url: str | None, config_path: Path | None, token_file: Path | None) -> None:
+    """Pause, resume or trigger cleaning of PARTITION (<topic>-<partition>) in a running daemon.
+
+    These requests change the daemon's state, so they carry its admin token (Authorization: Bearer).
+    """
+    from .admin_token import AdminTokenError, authorization_header, read_token_file, token_from_environment
+
+    url, configured_token_file = _daemon_address(url, config_path)
+    try:
+        if token_file is not None:
+            token = read_token_file(token_file)
+        else:
+            token = token_from_environment()
+            if token is None and configured_token_file is not None:
+                token = read_token_file(configured_token_file)
+    except AdminTokenError as exc:
+        raise click.ClickException(str(exc)) from None
+    headers = authorization_header(token) if token is not None else {}
+    body = _http(f"{url.rstrip('/')}/partitions/{partition}/{operation}", "POST", headers)
     click.echo(f"{body['partition']}: {body['operation']} -> {body['state']} (pauses {body['pauses']})")
 
 
-def _http(url: str, method: str) -> dict:
+def _daemon_address(url: str | None, config_path: Path | None) -> tuple[str, Path | None]:
+    """The daemon's URL (`--url`, else the config's [server] listen, else the default) and the config's
+    admin_token_file (None without -c or without the setting)."""
+    from .admin_http import client_url
+    from .daemon import SERVER_DEFAULTS
+
+    if config_path is None:
+        return url or client_url(SERVER_DEFAULTS["listen"]), None
+    from .admin_token import AdminTokenError, resolve_token_file
+    from .config_file import ConfigFileError, load_config
+
+    try:
+        server = load_config(config_path).server
+        address = url or client_url(str(server.get("listen", SERVER_DEFAULTS["listen"])))
+        token_file = server.get("admin_token_file")
+        return address, None if token_file is None else resolve_token_file(token_file, config_path)
+    except (ConfigFileError, AdminTokenError, ValueError) as exc:
+        raise click.UsageError(f"{config_path}: {exc}") from None
+
+
+def _http(url: str, method: str, headers: dict[str, str] | None = None) -> dict:
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
@@ -200,8 +251,10 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     """
     import time
 
+    from segments.pathcheck import display_path, find_partition_dirs, partition_dir_name_problem
+
     from .config_file import ConfigFileError, load_config
-    from .oneshot import clean_partition, find_partitions
+    from .oneshot import clean_partition
 
     overrides = {"cleanup.policy": "compact"}
     overrides.update(_parse_set(set_values))
@@ -209,15 +262,26 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
         loaded = load_config(config_path, server_properties=server_properties, overrides=overrides)
     except ConfigFileError as exc:
         raise click.UsageError(str(exc)) from None
-    partitions = list(find_partitions(list(paths)))
+    partitions, refused = find_partition_dirs(list(paths))
+    failed = False
+    for item in refused:  # a refused partition fails the command; anything else refused is only a warning
+        if item.failed:
+            summary = {"partition": display_path(item.path.name), "directory": display_path(item.path),
+                       "status": "failed", "error": str(item)}
+            click.echo(json.dumps(summary) if as_json else _describe(summary))
+            failed = True
+        else:
+            click.echo(f"warning: ignored {item}", err=True)
     if (from_offset is not None or to_offset is not None) and len(partitions) != 1:
         raise click.UsageError("--from-offset/--to-offset need exactly one partition directory")
-    if not partitions:
-        raise click.UsageError("no partition directories (<topic>-<partition>) found under the given paths")
+    if not partitions and not failed:
+        hints = [f"; if {display_path(p)} is meant as a partition directory, its name is not valid: {problem}"
+                 for p in paths if "-" in p.name and (problem := partition_dir_name_problem(p.name))]
+        raise click.UsageError("no partition directories (<topic>-<partition>) found in "
+                               + ", ".join(display_path(p) for p in paths) + "".join(hints))
     clock = now_ms if now_ms is not None else int(time.time() * 1000)
-    total = sum(sum(f.stat().st_size for f in p.glob("*.log")) for p in partitions)
+    total = sum(sum(f.lstat().st_size for f in p.glob("*.log")) for p in partitions)  # lstat: links are not followed
     show_bar = sys.stderr.isatty() and not as_json and total > 64 * 1024 * 1024
-    failed = False
     with click.progressbar(length=max(total * 3, 1), label="cleaning", file=sys.stderr) if show_bar else _NoBar() as bar:
         for directory in partitions:
             outcome = clean_partition(

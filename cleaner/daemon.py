@@ -25,7 +25,10 @@ import threading
 import time
 from pathlib import Path
 
-from .admin_http import AdminServer, parse_listen
+from .admin_http import AdminServer, is_loopback, parse_listen
+from .admin_token import (
+    ADMIN_TOKEN_ENV, AdminTokenError, loose_permissions, read_token_file, resolve_token_file, token_from_environment,
+)
 from .config_file import ConfigFileError, LoadedConfig, load_config
 from .manager import CleanerManager, StateError, UNCLEANABLE_RETRY_MS_DEFAULT
 from .metrics import CleanerMetrics
@@ -41,6 +44,7 @@ SERVER_DEFAULTS = {
     "discovery_interval_ms": 5_000,
     "uncleanable_retry_ms": UNCLEANABLE_RETRY_MS_DEFAULT,
     "shutdown_timeout_s": 10.0,
+    "admin_token_file": None,  # None: the token comes from LOGCLEANER_ADMIN_TOKEN, or there is none
 }
 
 
@@ -76,15 +80,44 @@ def _server_settings(loaded: LoadedConfig) -> dict:
     timeout = server["shutdown_timeout_s"]
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
         raise ConfigFileError(f"{loaded.path}: [server] shutdown_timeout_s = {timeout!r}: must be a number in (0, 3600]")
+    if server["admin_token_file"] is not None:
+        try:
+            server["admin_token_file"] = str(resolve_token_file(server["admin_token_file"], loaded.path))
+        except AdminTokenError as exc:
+            raise ConfigFileError(f"{loaded.path}: [server] {exc}") from None
     return server
 
 
+def _admin_token(server: dict, loaded: LoadedConfig) -> bytes | None:
+    """The admin token: from [server] admin_token_file, else LOGCLEANER_ADMIN_TOKEN, else None (admin refused)."""
+    path = server["admin_token_file"]
+    try:
+        if path is None:
+            return token_from_environment()
+        token = read_token_file(path)
+    except AdminTokenError as exc:
+        raise ConfigFileError(f"{loaded.path}: [server] admin_token_file: {exc}" if path else str(exc)) from None
+    if ADMIN_TOKEN_ENV in os.environ:
+        log.warning("%s is set but not used: [server] admin_token_file names the admin token", ADMIN_TOKEN_ENV)
+    mode = loose_permissions(path)
+    if mode is not None:
+        log.warning("admin token file %s has mode %04o: others on this host may read it; chmod 600 it", path, mode)
+    return token
+
+
 def _check_log_dirs(loaded: LoadedConfig) -> list[Path]:
+    """The configured log dirs, each resolved once: a log dir path may be a symbolic link (the operator's
+    choice), and resolving it here keeps the daemon on one target; nothing inside a log dir is followed."""
     dirs = [Path(d) for d in loaded.settings.broker["log.dirs"]]
+    resolved = []
     for d in dirs:
         if not d.is_dir():
             raise ConfigFileError(f"setting 'log.dirs' = {[str(x) for x in dirs]!r}: {d} is not a directory")
-    return dirs
+        target = d.resolve()
+        if target != d.absolute():
+            log.info("log dir %s resolves to %s; using that", d, target)
+        resolved.append(target)
+    return resolved
 
 
 class Daemon:
@@ -97,6 +130,7 @@ class Daemon:
         self.loaded = load_config(config_path, server_properties=server_properties)
         self.server = _server_settings(self.loaded)
         self.log_dirs = _check_log_dirs(self.loaded)
+        self.admin_token = _admin_token(self.server, self.loaded)  # read by the HTTP handler for each POST
         broker = self.loaded.settings.broker
         self.manager = CleanerManager(
             self.log_dirs, self.loaded.settings, clock_ms=self.clock_ms,
@@ -170,6 +204,7 @@ class Daemon:
                 "now_ms": self.clock_ms(),
             },
             "partitions": [s.as_dict() for s in sorted(self.manager.snapshot(), key=lambda s: str(s.directory))],
+            "ignored": self.manager.ignored_entries(),
         }
 
     def partition_operation(self, name: str, operation: str) -> dict:
@@ -194,6 +229,11 @@ class Daemon:
         host, port = self.http.address
         log.info("logcleaner started log_dirs=%s threads=%d listen=%s:%d", [str(d) for d in self.log_dirs],
                  self.pool.threads_wanted, host, port)
+        if not is_loopback(host):
+            log.warning("listening on %s:%d, which is not a loopback address: /metrics, /healthz and /status are open "
+                        "to anyone who can reach it (state-changing requests still need the admin token)", host, port)
+        if self.admin_token is None:
+            log.info("admin operations disabled: no admin token ([server] admin_token_file or %s)", ADMIN_TOKEN_ENV)
 
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self._on_stop_signal)
@@ -238,12 +278,14 @@ class Daemon:
             loaded = load_config(self.config_path, server_properties=self.server_properties)
             server = _server_settings(loaded)
             log_dirs = _check_log_dirs(loaded)
+            admin_token = _admin_token(server, loaded)  # the token file is read again at every reload
         except ConfigFileError as exc:
             log.error("config reload rejected; keeping the running config: %s", exc)
             return
         broker = loaded.settings.broker
         self.loaded = loaded
         self.log_dirs = log_dirs
+        self.admin_token = admin_token
         self.manager.reconfigure(loaded.settings, log_dirs)
         self.manager.uncleanable_retry_ms = server["uncleanable_retry_ms"]
         self.throttles.set_rate(broker["log.cleaner.io.max.bytes.per.second"])

@@ -17,6 +17,7 @@ import os
 from segments import format as fmt
 from segments.errors import LockTimeoutError, SegmentError
 from segments.log import LogConfig, PartitionLog
+from segments.pathcheck import check_partition_dir
 from segments.recovery import parse_segment_file_name
 from segments.segment import peek_header
 
@@ -43,6 +44,7 @@ def roll_if_idle(directory, *, max_compaction_lag_ms: int, now_ms: int, config: 
     """Roll the active segment of the partition at `directory` if it is idle (see the module docstring)."""
     if max_compaction_lag_ms >= _LONG_MAX:
         return False
+    check_partition_dir(directory)  # LinkRefusedError: nothing in a log dir is followed, not even to peek
     active = _active_segment(directory)
     if active is None or active[1].st_size == 0:
         return False

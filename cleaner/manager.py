@@ -33,6 +33,7 @@ from segments.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
 )
+from segments import pathcheck
 from segments.errors import SegmentError
 from segments.log import parse_partition_dir_name, update_log_dir_checkpoint
 from segments.recovery import parse_segment_file_name
@@ -146,7 +147,7 @@ def _fingerprint(directory: Path) -> tuple:
     for name, p in sorted(parsed):
         if p.offset == active and not p.state:
             continue
-        st = os.stat(directory / name)
+        st = os.lstat(directory / name)  # a link is never followed, not even to stat it
         out.append((name, st.st_size, st.st_mtime_ns))
     return tuple(out)
 
@@ -210,6 +211,7 @@ class CleanerManager:
         self.uncleanable_retry_ms = uncleanable_retry_ms
         self.partitions: dict[Path, PartitionStatus] = {}
         self.offline_log_dirs: dict[Path, str] = {}
+        self.ignored: dict[Path, str] = {}  # log dir entries passed over by discovery, and why
         self.last_selection_ms: int | None = None
         self.max_dirty_percent = 0.0
         self.max_compaction_delay_ms = 0
@@ -217,22 +219,48 @@ class CleanerManager:
     # ---- discovery ----------------------------------------------------------------------------------
 
     def discover(self) -> None:
-        """Add new partition directories and drop removed ones, across every online log dir."""
+        """Add new partition directories and drop removed ones, across every online log dir.
+
+        Entries of a log dir that are not partitions are passed over: files, and Kafka's `-delete`,
+        `-future`, `-stray` directories and `lost+found`, quietly; symbolic links (never followed) and
+        directories whose names are not `<topic>-<partition>` (`segments.pathcheck`) with a warning,
+        logged once while the entry stays, and an entry in `ignored` (shown by `/status`).
+        """
         found: dict[Path, tuple[Path, str, int]] = {}
+        ignored: dict[Path, str] = {}
         for log_dir in self.log_dirs:
             if log_dir in self.offline_log_dirs:
                 continue
             try:
-                children = sorted(log_dir.iterdir())
+                with os.scandir(log_dir) as listing:
+                    entries = sorted(listing, key=lambda e: e.name)
             except OSError as exc:
                 self.mark_log_dir_offline(log_dir, f"cannot list: {exc}")
                 continue
-            for child in children:
-                parsed = parse_partition_dir_name(child.name)
-                if parsed is None or parsed[0] in NEVER_CLEANED_TOPICS or not child.is_dir():
+            for entry in entries:
+                child = log_dir / entry.name
+                try:
+                    if entry.is_symlink():
+                        ignored[child] = "is a symbolic link; logcleaner does not follow links inside a log dir"
+                        continue
+                    if not entry.is_dir(follow_symlinks=False):
+                        continue
+                except OSError:
+                    continue  # gone since the listing
+                parsed = parse_partition_dir_name(entry.name)
+                if parsed is None:
+                    if not pathcheck.is_known_non_partition_dir(entry.name):
+                        problem = pathcheck.partition_dir_name_problem(entry.name)
+                        ignored[child] = f"not a partition directory (<topic>-<partition>): {problem}"
+                    continue
+                if parsed[0] in NEVER_CLEANED_TOPICS:
                     continue
                 found[child] = (log_dir, parsed[0], parsed[1])
         with self._lock:
+            for path, reason in ignored.items():
+                if self.ignored.get(path) != reason:
+                    log.warning("ignoring log dir entry path=%s reason=%s", pathcheck.display_path(path), reason)
+            self.ignored = ignored
             for directory in list(self.partitions):
                 if directory not in found and self.partitions[directory].state != PartitionState.IN_PROGRESS:
                     log.info("partition removed dir=%s", directory)
@@ -261,6 +289,7 @@ class CleanerManager:
     def _estimate(self, status: PartitionStatus, now_ms: int) -> None:
         """Refresh a partition's dirty ratio, range and compaction delay from its files (cheap)."""
         topic = self.settings.topic(status.topic)
+        pathcheck.check_partition_dir(status.directory)  # no link is followed, not even to estimate
         facts = _segment_facts(status.directory)
         if not facts:
             status.dirty_ratio, status.cleanable_bytes, status.total_bytes = 0.0, 0, 0
@@ -338,7 +367,8 @@ class CleanerManager:
             try:
                 self._estimate(status, now)
             except (OSError, SegmentError) as exc:
-                self.mark_uncleanable(status.directory, f"cannot estimate: {exc}")
+                reason = pathcheck.describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+                self.mark_uncleanable(status.directory, f"cannot estimate: {reason}")
                 continue
             max_ratio = max(max_ratio, status.dirty_ratio)
             max_delay = max(max_delay, status.compaction_delay_ms)
@@ -526,6 +556,11 @@ class CleanerManager:
         with self._lock:
             return [PartitionStatus(**{f: getattr(s, f) for f in PartitionStatus.__dataclass_fields__})
                     for s in self.partitions.values()]
+
+    def ignored_entries(self) -> list[dict[str, str]]:
+        """The log dir entries discovery passed over with a warning, printable (for `/status`)."""
+        with self._lock:
+            return [{"path": pathcheck.display_path(path), "reason": reason} for path, reason in sorted(self.ignored.items())]
 
     def uncleanable_by_log_dir(self) -> dict[Path, tuple[int, int]]:
         """(count, cleanable bytes) of uncleanable partitions per log dir."""

@@ -18,8 +18,8 @@ from offsetmap import OffsetMap, per_thread_memory_bytes
 from segments.errors import SegmentError
 from segments.fileio import DEFAULT_FILE_OPS, FileOps
 from segments.log import PartitionLog, parse_partition_dir_name
+from segments.pathcheck import describe_os_error, display_path, find_partition_dirs, partition_dir_name_problem
 from segments.readahead import WindowRing
-from segments.recovery import parse_segment_file_name
 
 from .round import RoundResult, clean_round
 from .settings import Settings
@@ -74,23 +74,13 @@ class PartitionOutcome:
         return out
 
 
-def _is_partition_dir(path: Path) -> bool:
-    if parse_partition_dir_name(path.name) is None:
-        return False
-    names = os.listdir(path)
-    return any(parse_segment_file_name(n) is not None for n in names) or not names
-
-
 def find_partitions(paths: list[str | os.PathLike]) -> Iterator[Path]:
-    """Partition directories named by `paths` (each one, or the children of a log directory), sorted."""
-    for raw in paths:
-        path = Path(raw)
-        if _is_partition_dir(path):
-            yield path
-            continue
-        for child in sorted(path.iterdir()):
-            if child.is_dir() and _is_partition_dir(child):
-                yield child
+    """Partition directories named by `paths` (each one, or the children of a log directory), sorted.
+
+    What is refused (symbolic links, invalid names: `segments.pathcheck.find_partition_dirs`) is left out;
+    a caller that must report it calls `find_partition_dirs` itself.
+    """
+    yield from find_partition_dirs(paths)[0]
 
 
 def clean_partition(
@@ -110,7 +100,12 @@ def clean_partition(
 
     `file_ops` carries every durable file operation (a fault-injecting one in the reliability tests)."""
     outcome = PartitionOutcome(str(directory))
-    topic_name, _ = parse_partition_dir_name(directory.name)
+    parsed = parse_partition_dir_name(directory.name)
+    if parsed is None:
+        problem = partition_dir_name_problem(directory.name)
+        outcome.error = f"{display_path(directory)}: not a partition directory (<topic>-<partition>): {problem}"
+        return outcome
+    topic_name, _ = parsed
     if topic_name in NEVER_CLEANED_TOPICS:
         outcome.skipped = "KRaft metadata log: never cleaned"
         return outcome
@@ -145,8 +140,8 @@ def clean_partition(
                     break
                 start = result.end_offset
     except (SegmentError, OSError) as exc:
-        outcome.error = str(exc)
-        log.error("cleaning failed dir=%s error=%s", directory, exc)
+        outcome.error = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+        log.error("cleaning failed dir=%s error=%s", display_path(directory), outcome.error)
     except Exception as exc:  # noqa: BLE001 - the per-partition boundary: one partition's bug must not stop the rest
         outcome.error = f"{type(exc).__name__}: {exc}"
         log.exception("cleaning failed unexpectedly dir=%s", directory)

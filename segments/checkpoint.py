@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from .errors import CheckpointError
 from .fileio import DEFAULT_FILE_OPS, FileOps
+from .pathcheck import open_no_follow
 
 __all__ = [
     "CHECKPOINT_BYTES_MAX",
@@ -214,10 +215,11 @@ def encode_leader_epoch_checkpoint(entries: Iterable[tuple[int, int]]) -> bytes:
 def _read_limited(path: str | os.PathLike, bytes_max: int) -> bytes | None:
     """The file's bytes (at most `bytes_max + 1` are read, so the caller can see it is too big), or None."""
     try:
-        with open(path, "rb") as f:
-            return f.read(bytes_max + 1)
+        fd = open_no_follow(path, os.O_RDONLY)  # a checkpoint that is a symbolic link is refused, never read
     except FileNotFoundError:
         return None
+    with open(fd, "rb") as f:
+        return f.read(bytes_max + 1)
 
 
 def read_offset_checkpoint(

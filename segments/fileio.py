@@ -71,7 +71,8 @@ class FileOps:
         """
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # O_NOFOLLOW: a `.tmp` that is a symbolic link fails here instead of being truncated through.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
             self.pwrite_all(fd, data, 0)
             self.fsync_fd(fd)

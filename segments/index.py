@@ -78,7 +78,7 @@ ArrayLike = npt.ArrayLike
 
 def _write_new_file(path: str | os.PathLike, data: bytes, file_ops: FileOps) -> None:
     """Replace the content of `path` with `data` in one write, then fsync the file (not the directory)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)  # never truncate a link's target
     try:
         file_ops.pwrite_all(fd, data, 0)
         file_ops.fsync_fd(fd)
@@ -156,7 +156,7 @@ class _EntryFile:
         self._dirty = False
         self._closed = False
         if self._create_on_open and not read_only:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             try:
                 size = os.fstat(fd).st_size
             finally:
@@ -317,7 +317,7 @@ class _EntryFile:
         if self.read_only:
             raise LogStateError(f"{self.path}: a read-only index has changes that cannot be written")
         assert self._n is not None
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             if self._n > self._file_entries:
                 data = self._encode_columns(self._cols, self._file_entries, self._n)

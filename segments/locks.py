@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from .errors import LockTimeoutError
+from .pathcheck import open_no_follow
 
 __all__ = ["PartitionLock", "WRITER_LOCK", "CLEANER_LOCK", "SWAP_LOCK"]
 
@@ -62,7 +63,7 @@ class PartitionLock:
 
     def acquire(self, timeout_s: float | None = None) -> "PartitionLock":
         assert self._fd is None, f"{self.path} is already held by this object"
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)  # a lock file that is a link is refused
         mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         try:
             if timeout_s is None:

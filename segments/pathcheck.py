@@ -37,24 +37,30 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import LinkRefusedError, LogStateError
+from .recovery import parse_segment_file_name
 
 __all__ = [
+    "LINK_REFUSED",
     "PARTITION_MAX",
+    "RefusedPath",
     "TOPIC_NAME_CHARS_MAX",
     "check_not_link",
     "check_partition_dir",
     "copy_ownership",
     "describe_os_error",
     "display_path",
+    "find_partition_dirs",
     "is_known_non_partition_dir",
     "open_no_follow",
     "parse_partition_dir_name",
     "partition_dir_name_problem",
 ]
 
+LINK_REFUSED = "is a symbolic link; logcleaner does not follow links inside a log dir"
 TOPIC_NAME_CHARS_MAX = 249  # Kafka's Topic.MAX_NAME_LENGTH
 PARTITION_MAX = 2**31 - 1  # partitions are int32 on the wire and in checkpoints
 _TOPIC = re.compile(r"[A-Za-z0-9._-]+")
@@ -147,7 +153,7 @@ def describe_os_error(exc: OSError) -> str:
         return str(exc)
     path = display_path(exc.filename)
     if exc.errno == errno.ELOOP:
-        return f"{path}: is a symbolic link; logcleaner does not follow links inside a log dir"
+        return f"{path}: {LINK_REFUSED}"
     if exc.errno in (errno.EACCES, errno.EPERM):
         try:
             st = os.lstat(exc.filename)
@@ -187,3 +193,102 @@ def copy_ownership(
                 fsync_fd(fd)
         finally:
             os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedPath:
+    """A path that `find_partition_dirs` does not hand out as a partition, and why.
+
+    `failed`: it is (or looks like) a partition that is refused, which a command counts as a failure;
+    otherwise it is simply not a partition, worth a warning.
+    """
+
+    path: Path
+    reason: str
+    failed: bool
+
+    def __str__(self) -> str:
+        return f"{display_path(self.path)}: {self.reason}"
+
+
+def _segment_names(directory: Path) -> tuple[bool, bool]:
+    """(holds segment files, is empty) of a directory that is not a link."""
+    names = os.listdir(directory)
+    return any(parse_segment_file_name(n) is not None for n in names), not names
+
+
+def find_partition_dirs(
+    paths: Iterable[str | os.PathLike], *, empty_ok: bool = True
+) -> tuple[list[Path], list[RefusedPath]]:
+    """The partition directories named by `paths`, each one a partition or a log dir of them; and what is refused.
+
+    A path given with a valid partition name that holds segment files (or, with `empty_ok`, nothing) is
+    a partition. Any other directory is a log dir, which may itself be a symbolic link (resolved once);
+    its children are partitions if their names are valid and they hold segment files (or nothing). Refused
+    as failures: a path with a partition's name that is a link (given, or inside a log dir); a directory
+    with an invalid name that holds segment files; a directory that cannot be listed. Refused as warnings: other links and other
+    directories with invalid names inside a log dir. Kafka's `-delete`/`-future`/`-stray` directories,
+    `lost+found` and plain files are passed over quietly. Nothing is followed but a given log dir link.
+    """
+    partitions: list[Path] = []
+    refused: list[RefusedPath] = []
+
+    def wanted(holds: bool, empty: bool) -> bool:
+        return holds or (empty_ok and empty)
+
+    for raw in paths:
+        path = Path(raw)
+        problem = partition_dir_name_problem(path.name)
+        try:
+            if os.path.islink(path):
+                if problem is None:
+                    refused.append(RefusedPath(path, LINK_REFUSED, True))
+                    continue
+                root = path.resolve()  # a log dir given as a link: the operator's choice, resolved once
+            else:
+                holds, empty = _segment_names(path)
+                if problem is None and wanted(holds, empty):
+                    partitions.append(path)
+                    continue
+                if problem is not None and holds:
+                    refused.append(RefusedPath(path, f"not a partition directory (<topic>-<partition>): {problem}", True))
+                    continue
+                root = path
+            with os.scandir(root) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError as exc:
+            refused.append(RefusedPath(path, _os_reason(exc), True))
+            continue
+        for entry in entries:
+            child = root / entry.name
+            child_problem = partition_dir_name_problem(entry.name)
+            try:
+                if entry.is_symlink():
+                    refused.append(RefusedPath(child, LINK_REFUSED, child_problem is None))
+                    continue
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                if child_problem is None:
+                    try:
+                        holds, empty = _segment_names(child)
+                    except PermissionError:
+                        holds, empty = True, False  # a partition nobody may list: cleaning it reports why
+                    if wanted(holds, empty):
+                        partitions.append(child)
+                    continue
+                if is_known_non_partition_dir(entry.name):
+                    continue
+                holds, _ = _segment_names(child)
+            except OSError as exc:
+                refused.append(RefusedPath(child, _os_reason(exc), False))
+                continue
+            reason = f"not a partition directory (<topic>-<partition>): {child_problem}"
+            refused.append(RefusedPath(child, reason, holds))
+    return partitions, refused
+
+
+def _os_reason(exc: OSError) -> str:
+    """`describe_os_error` without the path (a `RefusedPath` names it already)."""
+    text = describe_os_error(exc)
+    prefix = display_path(exc.filename) + ": " if exc.filename is not None else ""
+    return text[len(prefix):] if prefix and text.startswith(prefix) else text

@@ -131,7 +131,7 @@ class LogSegment:
             flags = os.O_RDWR
         else:
             flags = os.O_RDONLY
-        self._fd = os.open(self.paths.log, flags, 0o644)
+        self._fd = os.open(self.paths.log, flags | os.O_NOFOLLOW, 0o644)  # links are refused (segments.pathcheck)
         self.size_bytes = os.fstat(self._fd).st_size
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None

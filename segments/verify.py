@@ -5,6 +5,9 @@ strictly increasing within and across segments and inside each segment's relativ
 consistent with the log (sanity and every entry pointing at a batch start whose predecessor ends before
 the entry's offset; the time index ending with the segment's max timestamp), transaction indexes,
 readable checkpoints, and no leftover temporary files (`.cleaned`, `.swap`, `.deleted`, `.tmp`).
+Paths are classified as `segments.pathcheck.find_partition_dirs` does: a symbolic link inside a log dir
+(a partition directory, a segment, index or checkpoint file) is a problem and is never followed, and so
+is a directory of segment files whose name is not `<topic>-<partition>` (the cleaner would ignore it).
 
 It never writes, creates or renames anything. Each problem is one `Problem` naming the file and the
 byte position. A missing `.index`/`.timeindex` is not a problem (open rebuilds them, as Kafka does).
@@ -21,7 +24,8 @@ import numpy as np
 
 from . import format as fmt
 from .checkpoint import read_offset_checkpoint
-from .errors import CheckpointError, CorruptIndexError, CorruptRecordError
+from .errors import CheckpointError, CorruptIndexError, CorruptRecordError, LinkRefusedError
+from .pathcheck import LINK_REFUSED, display_path, find_partition_dirs
 from .recovery import parse_segment_file_name
 
 __all__ = ["Problem", "VerifySummary", "verify_paths"]
@@ -77,18 +81,29 @@ def verify_paths(paths: list[str | os.PathLike]) -> VerifySummary:
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            if any(parse_segment_file_name(n) for n in os.listdir(path)):
-                _verify_partition(path, summary)
-            else:
-                _verify_checkpoints(path, summary)
-                for child in sorted(path.iterdir()):
-                    if child.is_dir() and any(parse_segment_file_name(n) for n in os.listdir(child)):
-                        _verify_partition(child, summary)
+            partitions, refused = find_partition_dirs([path], empty_ok=False)
+            if not (len(partitions) == 1 and partitions[0] == path) and not any(r.path == path for r in refused):
+                _verify_checkpoints(path.resolve() if path.is_symlink() else path, summary)  # a log dir
+            for item in refused:
+                if item.failed:
+                    summary.problems.append(Problem(display_path(item.path), 0, item.reason))
+            for partition in partitions:
+                _verify_partition(partition, summary)
+        elif _is_link(path, summary):
+            continue
         elif path.is_file():
             _verify_file(path, summary)
         else:
             summary.problems.append(Problem(str(path), 0, "no such file or directory"))
     return summary
+
+
+def _is_link(path: Path, summary: VerifySummary) -> bool:
+    """Whether `path` is a symbolic link (then a problem is recorded and it must not be opened)."""
+    if not path.is_symlink():
+        return False
+    summary.problems.append(Problem(display_path(path), 0, LINK_REFUSED))
+    return True
 
 
 def _verify_checkpoints(root: Path, summary: VerifySummary) -> None:
@@ -97,6 +112,8 @@ def _verify_checkpoints(root: Path, summary: VerifySummary) -> None:
             read_offset_checkpoint(root / name)
         except CheckpointError as exc:
             summary.problems.append(Problem(exc.path, 0, f"line {exc.line}: {exc.reason}"))
+        except LinkRefusedError as exc:
+            summary.problems.append(Problem(display_path(exc.path), 0, LINK_REFUSED))
         if (root / (name + ".tmp")).exists():
             summary.problems.append(Problem(str(root / (name + ".tmp")), 0, "leftover temporary checkpoint file"))
 
@@ -124,6 +141,8 @@ def _verify_partition(directory: Path, summary: VerifySummary) -> None:
     names = sorted(os.listdir(directory))
     bases = []
     for name in names:
+        if _is_link(directory / name, summary):
+            continue
         if name.endswith(".tmp"):
             summary.problems.append(Problem(str(directory / name), 0, "leftover temporary file"))
         parsed = parse_segment_file_name(name)
@@ -160,6 +179,8 @@ def _scan_log(path: Path, summary: VerifySummary, *, allow_torn_tail: bool) -> _
     """Scan a whole `.log` in bounded windows, validating every batch; None after a problem."""
     from .scan import scan as scan_buffer
 
+    if _is_link(path, summary):
+        return None
     size = path.stat().st_size
     positions, bases, lasts, max_ts = [], [], [], []
     records = 0
@@ -235,6 +256,8 @@ def _check_indexes(directory: Path, base: int, scan: _SegmentScan | None, summar
     index_path = directory / fmt.offset_file_name(base, fmt.INDEX_SUFFIX)
     time_path = directory / fmt.offset_file_name(base, fmt.TIME_INDEX_SUFFIX)
     log_size = scan.valid_bytes if scan is not None else None
+    if index_path.is_symlink() or time_path.is_symlink():
+        return  # reported with the partition's listing (or by `_verify_file`), never opened
     if only in (None, fmt.INDEX_SUFFIX) and index_path.exists():
         index = OffsetIndex(index_path, base, read_only=True)
         if is_active:
@@ -323,6 +346,8 @@ def _check_time_entries(path: Path, index, scan: _SegmentScan, summary: VerifySu
 def _check_txn_index(path: Path, base: int, summary: VerifySummary) -> None:
     from .txnindex import TransactionIndex
 
+    if path.is_symlink():
+        return  # reported with the partition's listing, never opened
     index = TransactionIndex(path, base, read_only=True)
     try:
         index.sanity_check()

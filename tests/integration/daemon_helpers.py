@@ -36,6 +36,7 @@ HTTP_TIMEOUT_S = 10.0
 EXIT_TIMEOUT_S = 20.0
 POLL_INTERVAL_S = 0.05
 LEFTOVER_SUFFIXES = (".cleaned", ".swap", ".deleted")
+ADMIN_TOKEN = "test-admin-token-0123456789abcdef"  # what write_token_file writes; POSTs carry it by default
 
 # Keyed records appended by a separate process (the "broker"), rolling small segments as it goes. When it
 # is done it rolls (so everything it wrote is cleanable) and writes, as JSON, the last value and offset it
@@ -129,6 +130,13 @@ def write_config(
     return path
 
 
+def write_token_file(path: Path, token: str = ADMIN_TOKEN) -> Path:
+    """An admin token file, readable by its owner only (`[server] admin_token_file`)."""
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return path
+
+
 class FileClock:
     """The daemon's clock (`LOGCLEANER_CLOCK_FILE`): epoch milliseconds in a file, replaced atomically."""
 
@@ -159,11 +167,13 @@ def wait_until(predicate: Callable[[], object], *, timeout_s: float, what: str, 
 class DaemonProcess:
     """One `logcleaner run -c CONFIG` subprocess, with its log in `log_path` and its HTTP API on `port`."""
 
-    def __init__(self, config_path: Path, port: int, log_path: Path, *, clock: FileClock | None = None) -> None:
+    def __init__(self, config_path: Path, port: int, log_path: Path, *, clock: FileClock | None = None,
+                 admin_token: str | None = None) -> None:
         self.config_path = config_path
         self.port = port
         self.log_path = log_path
         self.clock = clock
+        self.admin_token = admin_token  # sent with every POST unless a request says otherwise
         self.proc: subprocess.Popen | None = None
         self._log_file = None
 
@@ -208,8 +218,14 @@ class DaemonProcess:
             time.sleep(POLL_INTERVAL_S)
         raise self._fail(f"daemon not healthy within {timeout_s} s")
 
-    def request(self, method: str, path: str, *, timeout_s: float = HTTP_TIMEOUT_S) -> tuple[int, bytes]:
-        req = urllib.request.Request(self.url + path, method=method, data=b"" if method == "POST" else None)
+    def request(self, method: str, path: str, *, timeout_s: float = HTTP_TIMEOUT_S, headers: dict | None = None,
+                authorize: bool = True) -> tuple[int, bytes]:
+        """(status, body) of one request; a POST carries `admin_token` unless `authorize` is false."""
+        all_headers = dict(headers or {})
+        if method == "POST" and authorize and self.admin_token is not None:
+            all_headers.setdefault("Authorization", f"Bearer {self.admin_token}")
+        req = urllib.request.Request(self.url + path, method=method, data=b"" if method == "POST" else None,
+                                     headers=all_headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as response:
                 return response.status, response.read()

@@ -36,6 +36,7 @@ from segments.verify import verify_paths
 from .daemon_helpers import (
     HOUR_MS,
     T0,
+    ADMIN_TOKEN,
     DaemonProcess,
     FileClock,
     RepeatedLog,
@@ -56,6 +57,7 @@ from .daemon_helpers import (
     wait_until,
     write_cleaner_checkpoint,
     write_config,
+    write_token_file,
 )
 
 ROUND_TIMEOUT_S = 30.0  # a generous bound on anything the daemon is expected to do "soon"
@@ -75,6 +77,7 @@ class DaemonEnv:
         self.log_dir.mkdir()
         self.port = free_port()
         self.config_path = tmp_path / "logcleaner.toml"
+        self.token_path = write_token_file(tmp_path / "admin-token")  # admin POSTs need it
         self.clock: FileClock | None = None
         self.daemons: list[DaemonProcess] = []
 
@@ -91,12 +94,13 @@ class DaemonEnv:
         return self.clock
 
     def configure(self, *, settings=None, topics=None, server=None) -> Path:
+        server = {"admin_token_file": str(self.token_path), **(server or {})}
         return write_config(self.config_path, log_dirs=[self.log_dir], port=self.port, settings=settings,
                             topics=topics, server=server)
 
     def start(self, *, wait: bool = True) -> DaemonProcess:
         daemon = DaemonProcess(self.config_path, self.port, self.tmp_path / f"daemon-{len(self.daemons)}.log",
-                               clock=self.clock)
+                               clock=self.clock, admin_token=ADMIN_TOKEN)
         self.daemons.append(daemon)
         return daemon.start(wait=wait)
 
@@ -554,6 +558,7 @@ def test_status_and_admin_commands_drive_the_running_daemon(env):
     env.configure(topics={"ops": {"min.cleanable.dirty.ratio": 1.0}})  # never eligible by ratio alone
     daemon = env.start()
     url = ["--url", daemon.url]
+    token = ["--token-file", str(env.token_path)]  # admin operations change state: they need the admin token
     wait_until(lambda: all(p["total_bytes"] > 0 for p in daemon.partitions().values()), timeout_s=ROUND_TIMEOUT_S,
                what="both partitions estimated")
 
@@ -568,23 +573,23 @@ def test_status_and_admin_commands_drive_the_running_daemon(env):
     assert as_json.exit_code == 0
     assert {p["partition"] for p in json.loads(as_json.stdout)["partitions"]} == {"ops-0", "ops-1"}
 
-    outputs = [cli("admin", op, "ops-0", *url) for op in ("pause", "pause", "resume", "resume")]
+    outputs = [cli("admin", op, "ops-0", *url, *token) for op in ("pause", "pause", "resume", "resume")]
     assert [o.exit_code for o in outputs] == [0, 0, 0, 0], [o.output for o in outputs]
     assert [o.stdout.strip() for o in outputs] == [
         "ops-0: pause -> paused (pauses 1)", "ops-0: pause -> paused (pauses 2)",
         "ops-0: resume -> paused (pauses 1)", "ops-0: resume -> idle (pauses 0)",
     ]
-    extra = cli("admin", "resume", "ops-0", *url)
+    extra = cli("admin", "resume", "ops-0", *url, *token)
     assert extra.exit_code == 1 and "409" in extra.stderr and "cannot resume" in extra.stderr
 
-    trigger = cli("admin", "trigger", "ops-1", *url)
+    trigger = cli("admin", "trigger", "ops-1", *url, *token)
     assert trigger.exit_code == 0, trigger.output
     wait_until(lambda: env.fully_cleaned("ops-1"), timeout_s=ROUND_TIMEOUT_S, what="triggered ops-1 cleaned")
     assert daemon.partition("ops-0")["rounds"] == 0  # same ratio, not triggered: still not eligible
     after = cli("status", *url)
     assert re.search(r"^ops-1\s+idle\s.*\s1\s+\d+ -> \d+ records", after.stdout, re.M), after.stdout
 
-    unknown = cli("admin", "pause", "nope-0", *url)
+    unknown = cli("admin", "pause", "nope-0", *url, *token)
     assert unknown.exit_code == 1 and "404" in unknown.stderr and "no such partition" in unknown.stderr
     unreachable = cli("status", "--url", f"http://127.0.0.1:{free_port()}")
     assert unreachable.exit_code == 1 and "cannot reach the daemon" in unreachable.stderr
