@@ -30,7 +30,7 @@ from .admin_token import (
     ADMIN_TOKEN_ENV, AdminTokenError, loose_permissions, read_token_file, resolve_token_file, token_from_environment,
 )
 from .config_file import ConfigFileError, LoadedConfig, load_config
-from .manager import CleanerManager, StateError, UNCLEANABLE_RETRY_MS_DEFAULT
+from .manager import DISK_FULL_RETRY_MS_DEFAULT, UNCLEANABLE_RETRY_MS_DEFAULT, CleanerManager, StateError
 from .metrics import CleanerMetrics
 from .pool import CleanerPool
 from .throttle import DeviceThrottles
@@ -43,6 +43,7 @@ SERVER_DEFAULTS = {
     "listen": "127.0.0.1:9464",
     "discovery_interval_ms": 5_000,
     "uncleanable_retry_ms": UNCLEANABLE_RETRY_MS_DEFAULT,
+    "disk_full_retry_ms": DISK_FULL_RETRY_MS_DEFAULT,
     "shutdown_timeout_s": 10.0,
     "admin_token_file": None,  # None: the token comes from LOGCLEANER_ADMIN_TOKEN, or there is none
 }
@@ -73,7 +74,7 @@ def _server_settings(loaded: LoadedConfig) -> dict:
         parse_listen(str(server["listen"]))
     except ValueError as exc:
         raise ConfigFileError(f"{loaded.path}: [server] listen: {exc}") from None
-    for key in ("discovery_interval_ms", "uncleanable_retry_ms"):
+    for key in ("discovery_interval_ms", "uncleanable_retry_ms", "disk_full_retry_ms"):
         value = server[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigFileError(f"{loaded.path}: [server] {key} = {value!r}: must be an integer ≥ 1")
@@ -135,6 +136,7 @@ class Daemon:
         self.manager = CleanerManager(
             self.log_dirs, self.loaded.settings, clock_ms=self.clock_ms,
             uncleanable_retry_ms=self.server["uncleanable_retry_ms"],
+            disk_full_retry_ms=self.server["disk_full_retry_ms"],
         )
         # Throttle sleeps end at once when the pool stops, so a shutdown never waits out a long sleep.
         self.throttles = DeviceThrottles(
@@ -288,6 +290,7 @@ class Daemon:
         self.admin_token = admin_token
         self.manager.reconfigure(loaded.settings, log_dirs)
         self.manager.uncleanable_retry_ms = server["uncleanable_retry_ms"]
+        self.manager.disk_full_retry_ms = server["disk_full_retry_ms"]
         self.throttles.set_rate(broker["log.cleaner.io.max.bytes.per.second"])
         self.pool.resize(broker["log.cleaner.threads"])
         if server["listen"] != self.server["listen"]:

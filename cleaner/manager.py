@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 UNCLEANABLE_RETRY_MS_DEFAULT = 60 * 60 * 1000
 UNCLEANABLE_RETRY_MS_MAX = 24 * 60 * 60 * 1000
+DISK_FULL_RETRY_MS_DEFAULT = 60_000  # a round that ran out of space is retried after this, doubling per failure
 _LONG_MAX = 2**63 - 1
 
 
@@ -99,7 +100,8 @@ class PartitionStatus:
     uncleanable_fingerprint: tuple = ()
     uncleanable_retry_at_ms: int = 0
     uncleanable_failures: int = 0
-    busy_until_ms: int = 0  # another process held its cleaner lock: passed over until then
+    busy_until_ms: int = 0  # another process held its cleaner lock, or its disk was full: passed over until then
+    disk_full_failures: int = 0
     last_result: RoundResult | None = None
     last_error: str | None = None
     rounds: int = 0
@@ -121,6 +123,7 @@ class PartitionStatus:
             "uncleanable_reason": self.uncleanable_reason,
             "rounds": self.rounds,
             "last_error": self.last_error,
+            "disk_full_failures": self.disk_full_failures,
             "last_round": None if self.last_result is None else self.last_result.as_dict(),
         }
         return out
@@ -203,8 +206,10 @@ class CleanerManager:
         *,
         clock_ms: Callable[[], int],
         uncleanable_retry_ms: int = UNCLEANABLE_RETRY_MS_DEFAULT,
+        disk_full_retry_ms: int = DISK_FULL_RETRY_MS_DEFAULT,
     ) -> None:
         self._lock = threading.Condition()
+        self.disk_full_retry_ms = disk_full_retry_ms
         self.log_dirs = [Path(d) for d in log_dirs]
         self.settings = settings
         self.clock_ms = clock_ms
@@ -423,6 +428,7 @@ class CleanerManager:
             status.last_error = None
             status.uncleanable_reason = None
             status.uncleanable_failures = 0
+            status.disk_full_failures = 0
             status.next_delete_horizon_ms = next_delete_horizon_ms
             if not result.done:
                 status.triggered = True  # the map filled: continue at once with the next round
@@ -450,6 +456,22 @@ class CleanerManager:
             status = self.partitions.get(directory)
             if status is not None:
                 self._finish(status)
+
+    def disk_full(self, directory: Path, error: OSError) -> None:
+        """A round ran out of space (ENOSPC/EDQUOT; its `.cleaned` files are already gone): not the
+        partition's fault, so it is not marked uncleanable; it is retried after `disk_full_retry_ms`,
+        doubling per consecutive failure up to `uncleanable_retry_ms`."""
+        with self._lock:
+            status = self.partitions.get(directory)
+            if status is None:
+                return
+            status.disk_full_failures += 1
+            backoff = min(self.disk_full_retry_ms * 2 ** (status.disk_full_failures - 1),
+                          max(self.uncleanable_retry_ms, self.disk_full_retry_ms))
+            status.busy_until_ms = self.clock_ms() + backoff
+            status.last_error = f"disk full: {error}"
+            log.warning("cleaning ran out of disk space dir=%s retry_in_ms=%d error=%s", directory, backoff, error)
+            self._finish(status)
 
     def mark_uncleanable(self, directory: Path, reason: str) -> None:
         now = self.clock_ms()

@@ -41,6 +41,7 @@ __all__ = ["CleanerPool"]
 log = logging.getLogger(__name__)
 
 _DISK_ERRNOS = frozenset({errno.EIO, errno.EROFS})
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 _LOCK_WAIT_S = 1.0
 _BUSY_BACKOFF_MS = 30_000  # a partition another process is cleaning is passed over this long
 
@@ -224,7 +225,9 @@ class CleanerPool:
             log.info("partition busy; skipped dir=%s reason=%s", directory, exc)
             self.manager.busy_elsewhere(directory, _BUSY_BACKOFF_MS)
         except OSError as exc:
-            if exc.errno in _DISK_ERRNOS:
+            if exc.errno in _DISK_FULL_ERRNOS:
+                self.manager.disk_full(directory, exc)
+            elif exc.errno in _DISK_ERRNOS:
                 self.manager.mark_log_dir_offline(candidate.log_dir, str(exc))
                 self.manager.aborted(directory)
             else:

@@ -57,12 +57,17 @@ class FileOps:
 
     def pwrite_all(self, fd: int, data: bytes | memoryview, position: int) -> None:
         """Write all of `data` at `position` (pwrite may write less than asked); ENOSPC/EIO propagate."""
-        faults.hit("fileops.pwrite")
-        view = memoryview(data)
-        while view:
-            written = os.pwrite(fd, view, position)
-            view = view[written:]
-            position += written
+        try:
+            faults.hit("fileops.pwrite")
+            view = memoryview(data)
+            while view:
+                written = os.pwrite(fd, view, position)
+                view = view[written:]
+                position += written
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, _fd_path(fd)) from None
 
     def write_atomic(self, path: str | os.PathLike, data: bytes) -> None:
         """Replace `path` with `data` so that a crash leaves either the old or the new content.
@@ -83,6 +88,14 @@ class FileOps:
         os.close(fd)
         self.rename(tmp, path)
         self.fsync_dir(path.parent)
+
+
+def _fd_path(fd: int) -> str:
+    """The path an open file descriptor refers to, for error messages (best effort)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"<fd {fd}>"
 
 
 DEFAULT_FILE_OPS = FileOps()
