@@ -71,6 +71,7 @@ LOG_DIR_CHECKPOINTS = (
 _CHECKPOINT_LOCK = ".logcleaner-checkpoints.lock"  # in the log dir root; guards read-modify-write of checkpoints
 _LOCK_TIMEOUT_S_DEFAULT = 30.0
 _FETCH_BYTES_DEFAULT = 1024 * 1024
+_DIR_MTIME_TICK_NS = 20_000_000  # coarsest directory timestamp tick allowed for (a jiffy at HZ=100 is 10 ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,7 @@ class PartitionLog:
         self._bases: list[int] = []
         self._inodes: dict[int, int] = {}
         self._listed_mtime_ns = -1
+        self._listing_trusted = False  # see refresh(): a listing made within a timestamp tick of a change
         self._log_start_offset = 0
         self._owner_lock: PartitionLock | None = None
         self._closed = False
@@ -304,6 +306,7 @@ class PartitionLog:
         writable_base = self._segments[-1].base_offset if self.mode == "writer" and self._segments else None
         for base, inode in found.items():
             segment = self._new_segment_object(base, writable=False)
+            segment.load_indexes()  # now, under the listing lock: later the names may be a cleaned segment's
             self._inodes[base] = inode
             keep.append(segment)
         keep.sort(key=lambda s: s.base_offset)
@@ -451,14 +454,24 @@ class PartitionLog:
             raise LogStateError(f"{self.directory}: the log is closed")
 
     def refresh(self, *, force: bool = False) -> None:
-        """Pick up segments another process swapped in or out since the last listing."""
+        """Pick up segments another process swapped in or out since the last listing, and appends to the
+        active segment (a roll or a swap changes the directory; an append only grows the active file)."""
         with self._mutex:
             self._check_open()
-            if not force and os.stat(self.directory).st_mtime_ns == self._listed_mtime_ns:
+            unchanged = os.stat(self.directory).st_mtime_ns == self._listed_mtime_ns
+            if not force and unchanged and self._listing_trusted:
+                if self._segments:
+                    # Not under the listing lock: the indexes stay as loaded (see LogSegment.refresh_size).
+                    self._segments[-1].refresh_size(reload_indexes=False)
                 return
             with self._listing_lock():
                 self._list_segments()
                 self._load_log_start_offset()
+            # File systems without fine-grained timestamps stamp a directory change with a clock that ticks
+            # every few milliseconds: a change later in the tick of the one just listed leaves the mtime as
+            # listed. So a listing made within a tick of the last change is redone at the next refresh (the
+            # wall clock is right here: it is the one the file system stamps with, not the log's clock).
+            self._listing_trusted = time.time_ns() - self._listed_mtime_ns >= _DIR_MTIME_TICK_NS
 
     # ---- appending ------------------------------------------------------------------------------------
 

@@ -141,6 +141,7 @@ class LogSegment:
         self._max_timestamp_so_far = fmt.NO_TIMESTAMP
         self._shallow_offset_of_max_timestamp = base_offset
         self._next_offset: int | None = None
+        self._indexes_behind = False  # the file grew since the indexes were read (see refresh_size)
         if create:
             self._next_offset = base_offset
             # Like Kafka, a new segment has its (empty) offset and time index files from the start.
@@ -188,25 +189,49 @@ class LogSegment:
     def fileno(self) -> int:
         return self._fd
 
-    def refresh_size(self) -> bool:
-        """Re-read the `.log` size of a segment another process may have appended to; True if it changed.
+    def load_indexes(self) -> None:
+        """Read the offset and time index files now, so that this object's indexes are this segment's.
 
-        A read-only object of a segment that was active when it was opened goes stale once its writer
-        appends or rolls. When the size changed, cached indexes and the next offset are dropped so they
-        are read again.
+        Requires: the files at this segment's paths are the ones its open `.log` belongs to, i.e. the
+        caller holds the partition's listing lock (a cleaner swaps files only under the exclusive one).
+        Why: index contents are otherwise read at first use, by path; by then a cleaner may have swapped
+        a cleaned segment in under the same name, whose positions mean nothing in the `.log` still open
+        here. The transaction index is left to first use: only the cleaner reads it, under its own lock.
         """
-        if self.writable:
-            return False
-        size = os.fstat(self._fd).st_size
-        if size == self.size_bytes:
-            return False
-        self.size_bytes = size
-        self._next_offset = None
+        _ = self.offset_index.entries, self.time_index.entries
+
+    def _drop_indexes(self) -> None:
         for index in (self._offset_index, self._time_index, self._txn_index):
             if index is not None:
                 index.close()
         self._offset_index = self._time_index = self._txn_index = None
-        return True
+
+    def refresh_size(self, *, reload_indexes: bool = True) -> bool:
+        """Re-read the `.log` size of a segment another process may have appended to; True if it changed.
+
+        A read-only object of a segment that was active when it was opened goes stale once its writer
+        appends or rolls. When the size changed, the cached next offset is dropped. With `reload_indexes`
+        (the caller holds the listing lock, as `load_indexes` requires) the indexes are read again at once
+        if they are behind the file. Without it they are kept: a growing active segment's index only gains
+        entries, so the loaded ones remain valid positions to scan forward from; they are read again at the
+        next refresh under the lock. A file that shrank (its writer cut a torn tail at open) drops them.
+        """
+        if self.writable:
+            return False
+        size = os.fstat(self._fd).st_size
+        changed = size != self.size_bytes
+        if changed:
+            shrank = size < self.size_bytes
+            self.size_bytes = size
+            self._next_offset = None
+            self._indexes_behind = True
+            if shrank:
+                self._drop_indexes()
+        if self._indexes_behind and reload_indexes:
+            self._drop_indexes()
+            self.load_indexes()
+            self._indexes_behind = False
+        return changed
 
     def last_modified_ns(self) -> int:
         return os.stat(self.paths.log).st_mtime_ns

@@ -248,3 +248,82 @@ def test_empty_log_opens_with_one_empty_active_segment(tmp_path):
         assert log.read(0).data == b""
         assert [s.base_offset for s in log.segments] == [0]
     assert os.path.exists(tmp_path / "t-3" / "00000000000000000000.log")
+
+
+def test_reader_fetches_records_appended_to_the_active_segment_after_it_listed(tmp_path):
+    # A tailing consumer: appends that do not roll leave the directory unchanged, and must still reach it.
+    d = tmp_path / "t-0"
+    with PartitionLog.open(d, mode="writer", create=True) as writer:
+        writer.append_batches(keyed_batch([(b"a", b"1")]))
+        with PartitionLog.open(d, mode="reader") as reader:
+            assert reader.read(1).data == b""
+            writer.append_batches(keyed_batch([(b"b", b"2"), (b"c", b"3")]))
+            fetched = reader.read(1)
+            assert [(r.offset, r.value) for r in decode_batch(fetched.data).records] == [(1, b"2"), (2, b"3")]
+            assert reader.log_end_offset == 3
+            assert [r.value for _, r in reader.iter_records(1)] == [b"2", b"3"]
+
+
+def _copy_batches_from(segment, target, first_offset: int) -> None:
+    for pos, header in segment.iter_headers():
+        if header.base_offset >= first_offset:
+            target.append(segment.pread(pos, header.size_bytes), largest_offset=header.last_offset,
+                          max_timestamp=header.max_timestamp, shallow_offset=header.last_offset)
+
+
+def test_reader_reads_a_segment_swapped_out_after_it_listed_with_that_segments_own_index(tmp_path):
+    # File systems stamp directory changes with a coarse clock: a swap in the same tick as a reader's last
+    # listing leaves the directory's mtime as the reader saw it, so the reader keeps its (still open) old
+    # segment. That segment's index must be the old one too: positions from the cleaned segment's index
+    # land in the middle of the old file's batches.
+    d = tmp_path / "t-0"
+    config = LogConfig(index_interval_bytes=64)
+
+    def value(i: int) -> bytes:
+        return b"v%d-" % i + b"x" * (7 * i % 50)  # batches of different sizes
+
+    writer = PartitionLog.open(d, mode="writer", create=True, config=config)
+    try:
+        for i in range(20):
+            writer.append_batches(keyed_batch([(b"k%d" % i, value(i))]))
+        with PartitionLog.open(d, mode="reader") as reader:  # lists segment 0 while it is active
+            for i in range(20, 40):
+                writer.append_batches(keyed_batch([(b"k%d" % i, value(i))]))
+            writer.roll()
+            reader.refresh(force=True)  # segment 0 stays the same file, now longer and inactive
+            listed_mtime_ns = os.stat(d).st_mtime_ns
+            with PartitionLog.open(d, mode="cleaner", config=config) as cleaner:
+                old = cleaner.segments[0]
+                cleaned = cleaner.new_cleaned_segment(0)
+                _copy_batches_from(old, cleaned, 15)  # offsets 0..14 compacted away
+                cleaned.finalise()
+                cleaner.replace_segments([cleaned], [old])
+            os.utime(d, ns=(os.stat(d).st_atime_ns, listed_mtime_ns))  # the swap fell in the listing's tick
+            for target in (3, 17, 26, 39):
+                records = decode_batch(reader.read(target).data).records
+                # The old segment's batch at `target`, or (once the swap is seen) the next surviving one.
+                assert records[0].offset in (target, max(target, 15))
+                assert records[0].value == value(records[0].offset)
+            assert [r.offset for _, r in reader.iter_records(26)] == list(range(26, 40))
+    finally:
+        writer.close()
+
+
+def test_reader_lists_again_after_a_roll_stamped_in_the_same_tick_as_its_listing(tmp_path):
+    # With coarse directory timestamps a roll just after a reader listed can leave the directory's mtime as
+    # the reader saw it; the reader must not take that for "unchanged" and stall at the old segment's end.
+    import time
+
+    d = tmp_path / "t-0"
+    with PartitionLog.open(d, mode="writer", create=True) as writer:
+        writer.append_batches(keyed_batch([(b"a", b"1")]))
+        with PartitionLog.open(d, mode="reader") as reader:
+            tick_ns = time.time_ns() + 10**9  # a stamp the reader's listing cannot be a whole tick past
+            os.utime(d, ns=(tick_ns, tick_ns))
+            reader.refresh(force=True)
+            assert reader.read(1).data == b""
+            writer.roll()
+            writer.append_batches(keyed_batch([(b"b", b"2")]))
+            os.utime(d, ns=(tick_ns, tick_ns))  # the roll fell in the listing's tick
+            assert [r.value for r in decode_batch(reader.read(1).data).records] == [b"2"]
+            assert reader.log_end_offset == 2
