@@ -22,8 +22,11 @@ import pytest
 
 from segments import faults
 
+from ..integration.daemon_helpers import DaemonProcess, FileClock, free_port, wait_until, write_config
 from .scenario import (
     CLEAN_ARGS,
+    CLEAN_SETTINGS,
+    NOW_MS,
     PARTITIONS,
     TOPIC,
     build_scenario,
@@ -128,3 +131,37 @@ def test_a_bad_fault_spec_is_refused_at_start(tmp_path):
     proc = subprocess.run([str(cli), "clean", str(tmp_path)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "unknown fault point 'swap.no_such_point'" in proc.stderr
+
+
+@pytest.mark.parametrize("fault", ["recopy.mid_group@2", "swap.renamed_live@1", "checkpoint.before_write@2"])
+def test_daemon_killed_at_a_fault_point_recovers_and_finishes_after_a_restart(world, tmp_path, monkeypatch, fault):
+    log_dir = copy_tree(world["template"], tmp_path / "logs")
+    port = free_port()
+    config = write_config(tmp_path / "logcleaner.toml", log_dirs=[log_dir], port=port,
+                          settings={**CLEAN_SETTINGS, "min.cleanable.dirty.ratio": 0.01})
+    clock = FileClock(tmp_path / "clock", NOW_MS)
+    monkeypatch.setenv(faults.ENV_FAULT, fault)
+    daemon = DaemonProcess(config, port, tmp_path / "daemon.log", clock=clock)
+    try:
+        daemon.start(wait=False)
+        assert daemon.wait_exit(timeout_s=60) == -signal.SIGKILL, f"{fault} did not kill the daemon"
+    finally:
+        daemon.close()
+    monkeypatch.delenv(faults.ENV_FAULT)
+    daemon = DaemonProcess(config, port, tmp_path / "daemon-restarted.log", clock=clock).start()
+    try:
+        def all_clean() -> bool:
+            states = [daemon.partition(p) for p in world["old"]]
+            return sum(s["rounds"] for s in states) >= 1 and all(s["dirty_ratio"] == 0 for s in states)
+
+        wait_until(all_clean, timeout_s=60, what="both partitions clean after the restart")
+        daemon.send(signal.SIGTERM)
+        assert daemon.wait_exit() == 0
+    finally:
+        daemon.close()
+    assert temp_files(log_dir) == []
+    for p in world["old"]:
+        assert committed_records(log_dir / p) == world["committed_after"][p]
+        verify = subprocess.run([str(Path(sys.executable).with_name("logcleaner")), "verify", str(log_dir / p)],
+                                capture_output=True, text=True, timeout=60)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
