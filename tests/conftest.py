@@ -1,0 +1,51 @@
+"""Command-line options of the test suite.
+
+`--soak-seconds N` (or the environment variable `LOGCLEANER_SOAK_SECONDS`) sets how long the soak test
+(`tests/integration/test_soak.py`) keeps its writer, cleaner and readers running; without either it runs for
+its CI length of about a minute. The soak's timeout grows with it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+SOAK_SECONDS_DEFAULT = 60.0
+SOAK_SECONDS_ENV = "LOGCLEANER_SOAK_SECONDS"
+SOAK_TIMEOUT_OVERHEAD_S = 240.0  # start-up, the final cleaning and the checks, generously
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak-seconds",
+        type=float,
+        default=None,
+        help=f"seconds of concurrent writing, cleaning and reading in the soak test "
+             f"(default: ${SOAK_SECONDS_ENV} or {SOAK_SECONDS_DEFAULT:g})",
+    )
+
+
+def _soak_seconds_of(config: pytest.Config) -> float:
+    """The soak length: the option, else the environment variable, else the CI default."""
+    value = config.getoption("--soak-seconds")
+    if value is None:
+        text = os.environ.get(SOAK_SECONDS_ENV, "").strip()
+        value = float(text) if text else SOAK_SECONDS_DEFAULT
+    if value <= 0:
+        raise pytest.UsageError(f"the soak length must be positive, got {value:g} s")
+    return value
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A longer soak must not be cut short by the suite's default timeout.
+    seconds = _soak_seconds_of(config)
+    for item in items:
+        if "soak_seconds" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(seconds + SOAK_TIMEOUT_OVERHEAD_S))
+
+
+@pytest.fixture
+def soak_seconds(request: pytest.FixtureRequest) -> float:
+    """Seconds of concurrent activity in the soak test (`--soak-seconds`, `$LOGCLEANER_SOAK_SECONDS`, 60)."""
+    return _soak_seconds_of(request.config)
