@@ -582,7 +582,8 @@ class CleanerManager:
     def ignored_entries(self) -> list[dict[str, str]]:
         """The log dir entries discovery passed over with a warning, printable (for `/status`)."""
         with self._lock:
-            return [{"path": pathcheck.display_path(path), "reason": reason} for path, reason in sorted(self.ignored.items())]
+            return [{"path": pathcheck.display_path(path), "reason": reason}
+                    for path, reason in sorted(self.ignored.items())]
 
     def uncleanable_by_log_dir(self) -> dict[Path, tuple[int, int]]:
         """(count, cleanable bytes) of uncleanable partitions per log dir."""

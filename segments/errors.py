@@ -109,4 +109,5 @@ class LinkRefusedError(SegmentError):
         self.path = os.fspath(path)
         from .pathcheck import display_path
 
-        super().__init__(f"{display_path(self.path)}: is a symbolic link; logcleaner does not follow links inside a log dir")
+        super().__init__(f"{display_path(self.path)}: is a symbolic link; "
+                         "logcleaner does not follow links inside a log dir")

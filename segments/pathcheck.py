@@ -226,9 +226,10 @@ def find_partition_dirs(
     a partition. Any other directory is a log dir, which may itself be a symbolic link (resolved once);
     its children are partitions if their names are valid and they hold segment files (or nothing). Refused
     as failures: a path with a partition's name that is a link (given, or inside a log dir); a directory
-    with an invalid name that holds segment files; a directory that cannot be listed. Refused as warnings: other links and other
-    directories with invalid names inside a log dir. Kafka's `-delete`/`-future`/`-stray` directories,
-    `lost+found` and plain files are passed over quietly. Nothing is followed but a given log dir link.
+    with an invalid name that holds segment files; a directory that cannot be listed. Refused as warnings:
+    other links and other directories with invalid names inside a log dir. Kafka's `-delete`, `-future`
+    and `-stray` directories, `lost+found` and plain files are passed over quietly. Nothing is followed
+    but a given log dir link.
     """
     partitions: list[Path] = []
     refused: list[RefusedPath] = []
@@ -251,7 +252,8 @@ def find_partition_dirs(
                     partitions.append(path)
                     continue
                 if problem is not None and holds:
-                    refused.append(RefusedPath(path, f"not a partition directory (<topic>-<partition>): {problem}", True))
+                    reason = f"not a partition directory (<topic>-<partition>): {problem}"
+                    refused.append(RefusedPath(path, reason, True))
                     continue
                 root = path
             with os.scandir(root) as listing:
