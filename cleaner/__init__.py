@@ -3,7 +3,7 @@
 Modules and what they own: `round` (one round: survey, range, index, recopy, swap, checkpoint) built from
 `survey`, `cleanable`, `indexing` and `recopy`; `settings` and `config_file` (Kafka-named settings);
 `oneshot` (what `logcleaner clean` does); `manager`, `pool`, `throttle`, `retention`, `idle`, `metrics`,
-`admin_http` and `daemon` (what `logcleaner run` does); `cli` (the click commands). The daemon and the
+`admin_http`, `admin_token` and `daemon` (what `logcleaner run` does); `cli` (the click commands). The daemon and the
 one-shot cleaner never import pyspark.
 """
 
