@@ -11,8 +11,11 @@ touches anything outside the directory it is given.
 | W2 | 8,000,000 | 1,000,000 | 100 B random | 100 | ~0.95 GB |
 | W3 | as W1 | | | | every batch lz4-compressed (random values: lz4 cannot shrink them) |
 | W4 | as W2 | | | | 20% tombstones; 5 transactional producers (1-4 batches per txn, 10% aborted) |
+| Z1 | as W2 | | | | keys Zipf-distributed (exponent 1): a few hot keys, a long cold tail |
+| U1 | as W2 | 8,000,000 | | | insert-only: every key once (nothing to compact) |
 
-Common to all: keys are `key-%08d` (12 bytes), drawn uniformly at random from the key space; record `i` has
+Common to all: keys are `key-%08d` (12 bytes), drawn uniformly at random from the key space (Z1, U1: see
+the table); record `i` has
 offset `i` (plus the markers' offsets in W4) and timestamp `T0_MS + offset`; 128 MiB segments (rolled the way
 Kafka does: a batch that would pass `segment_bytes` starts a new segment) and a tiny final segment holding
 the last `active_records` records, the active segment, which the cleaner leaves alone. `--scale` multiplies
@@ -99,6 +102,8 @@ class Workload:
     segment_bytes: int = 128 * MIB
     compression: int = fmt.COMPRESSION_NONE
     tombstone_fraction: float = 0.0
+    key_distribution: str = "uniform"  # "uniform", "zipf" (exponent zipf_s over `keys`), "unique" (insert-only)
+    zipf_s: float = 1.0
     txn_producers: int = 0  # 0: plain non-idempotent producer (producer id -1)
     abort_fraction: float = 0.1
     txn_batches_max: int = 4  # a transaction holds 1..txn_batches_max data batches of its producer
@@ -131,6 +136,8 @@ WORKLOADS = {
 }
 WORKLOADS["W3"] = replace(WORKLOADS["W1"], name="W3", compression=fmt.COMPRESSION_LZ4)
 WORKLOADS["W4"] = replace(WORKLOADS["W2"], name="W4", tombstone_fraction=0.2, txn_producers=5)
+WORKLOADS["Z1"] = replace(WORKLOADS["W2"], name="Z1", key_distribution="zipf", zipf_s=1.0)
+WORKLOADS["U1"] = replace(WORKLOADS["W2"], name="U1", keys=WORKLOADS["W2"].records, key_distribution="unique")
 
 
 # ---- the plan: every batch's offsets, producer fields and kind, before any byte is written ------------------------
@@ -150,11 +157,28 @@ class _Plan:
     active_first_batch: int  # index of the first batch of the active segment
 
 
+def _draw_keys(w: Workload, rng: np.random.Generator, n: int) -> np.ndarray:
+    """`n` key ids in [0, keys): uniform; Zipf (key of rank k drawn ∝ 1/k^s, ranks shuffled over the ids so
+    hot keys are spread through the key space); or each id once, in random order (needs keys ≥ n)."""
+    if w.key_distribution == "uniform":
+        return rng.integers(0, w.keys, size=n, dtype=np.int64)
+    if w.key_distribution == "unique":
+        if w.keys < n:
+            raise ValueError(f"{w.name}: an insert-only workload needs keys ≥ records ({w.keys} < {n})")
+        return rng.permutation(w.keys)[:n].astype(np.int64)
+    if w.key_distribution == "zipf":
+        cdf = np.cumsum(1.0 / np.arange(1, w.keys + 1, dtype=np.float64) ** w.zipf_s)
+        cdf /= cdf[-1]
+        ranks = np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), w.keys - 1)
+        return rng.permutation(w.keys).astype(np.int64)[ranks]
+    raise ValueError(f"{w.name}: unknown key distribution {w.key_distribution!r}")
+
+
 def _plan(w: Workload, rng: np.random.Generator) -> _Plan:
     r = w.records_per_batch
     data_batches = w.records // r
     active_data_batches = w.active_records // r
-    key_ids = rng.integers(0, w.keys, size=(data_batches, r), dtype=np.int64)
+    key_ids = _draw_keys(w, rng, data_batches * r).reshape(data_batches, r)
     tombstone = (rng.random((data_batches, r)) < w.tombstone_fraction) if w.tombstone_fraction else np.zeros(
         (data_batches, r), dtype=bool
     )
