@@ -94,7 +94,9 @@ def _hashed_windows(segments, survey: LogSurvey, first_dirty: int, first_unclean
     """(k, scan result, records to index, their h1, h2) per window of the dirty section, then (k, None, ...)
     once segment k is done; runs on the read-ahead thread (reads, scans and hashes, all outside the GIL)."""
     for k, segment in enumerate(segments):
-        found = segment.translate_offset(first_dirty) if segment.base_offset <= first_dirty else None
+        # The offset index is consulted only to start inside a segment (after a round that filled its map); a
+        # section that starts at a segment's base reads it from its first byte and never trusts a derived file.
+        found = segment.translate_offset(first_dirty) if segment.base_offset < first_dirty else None
         for _, result in segment.scan_windows(
             found[0] if found is not None else 0, window_bytes=ring.window_bytes, ring=ring, verify_crc=False
         ):
@@ -131,7 +133,8 @@ def build_offset_map(
     records_indexed = records_read = bytes_read = 0
     map_full = False
     superseded = SupersededOffsets(first_dirty, min(first_uncleanable - first_dirty, 8 * offset_map.active_capacity))
-    segments = [s for s in log.segments if s.base_offset < first_uncleanable and s.read_next_offset() > first_dirty]
+    next_offsets = {s.base_offset: s.next_offset for s in survey.segments}  # from the headers, not the indexes
+    segments = [s for s in log.segments if s.base_offset < first_uncleanable and next_offsets[s.base_offset] > first_dirty]
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
     windows = _hashed_windows(segments, survey, first_dirty, first_uncleanable, offset_map.seed, ring)
     for k, result, selected, h1, h2 in read_ahead(windows, name="index-read-ahead"):

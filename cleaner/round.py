@@ -5,9 +5,12 @@ Owns Kafka's `Cleaner.clean` for a single log, single-threaded, with no globals:
 the thread pool (which log next, when, on which thread) live elsewhere.
 
 Guarantees: offsets never change and records never reorder; each group is swapped in atomically (see
-`segments.log.PartitionLog.replace_segments`); corruption anywhere in the log is found by the survey
-before anything is swapped, and then the round raises `CorruptRecordError` (file and position) with the log
-byte-for-byte as it was; an abort (`check_abort` raising) between windows removes the group's `.cleaned`
+`segments.log.PartitionLog.replace_segments`); corruption of framing, CRCs or offsets anywhere in the
+inactive segments, and anything wrong in the dirty section's records, is found by the survey and the index
+phase before anything is swapped, and then the round raises `CorruptRecordError` (file and position) with
+the log byte-for-byte as it was. Damage under a valid CRC inside the records of the clean section (which
+only the recopy decodes) is found when the recopy reaches its group: the groups before it stay swapped, each
+complete, as in Kafka; that group and every later one are left as they were. An abort (`check_abort` raising) between windows removes the group's `.cleaned`
 files and leaves every group old or new. The cleaner checkpoint is written only after every group swapped.
 """
 

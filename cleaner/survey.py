@@ -3,15 +3,21 @@
 Owns what Kafka's cleaner takes from the broker's producer and transaction state, rebuilt here from the
 files alone (a standalone cleaner has no broker): which transactions exist and how they ended (committed,
 aborted or still open), how many data batches each still has, each producer's last batch and last
-timestamp, and each segment's largest timestamp. It also checks every batch's CRC and framing of the
-inactive segments, so a round finds corruption before it swaps anything in.
+timestamp, and each segment's largest timestamp. It also checks the inactive segments, so that a round finds
+their corruption before it swaps anything in: every batch's CRC and framing; the order of offsets, which the
+CRC does not cover (batches strictly increasing and not overlapping, each inside its segment's range [base,
+next segment's base) and within base + 2^31-1; a corrupt offset would otherwise reach the offset map or a
+cleaned segment's index); and every legacy (v0/v1) compressed wrapper in full, since its inner messages carry
+CRCs of their own. What a valid CRC covers inside a v2 batch's records is decoded by the later phases: the
+index phase decodes the dirty section before anything is swapped, the recopy phase the clean section group by
+group.
 
 One pass over the headers (`segments.scan` with `headers_only`, read and checked on a read-ahead thread,
-`segments.readahead`); control batches, which are rare, are decoded in full to learn their type. This is the
+`segments.readahead`); control batches and legacy wrappers, which are rare, are decoded in full. This is the
 round's only CRC check: the index and recopy phases read the same inactive segments again, which the
-cleaner lock keeps unchanged, and do not check them twice. Memory is proportional to the number of transactions and producers,
-not to the log. It reads the active segment too (open transactions end there), without CRC checks, since
-its writer may be appending to it.
+cleaner lock keeps unchanged, and do not check them twice. Memory is proportional to the number of
+transactions and producers, not to the log. It reads the active segment too (open transactions end there),
+without CRC checks, since its writer may be appending to it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from segments.errors import CorruptRecordError
 from segments.log import PartitionLog
 from segments.readahead import WindowRing, read_ahead
 from segments.records import decode_batch, decode_control_key
+from segments.scan import scan
 
 __all__ = ["WINDOW_BYTES", "LogSurvey", "ProducerState", "SegmentSurvey", "Transaction", "survey_log"]
 
@@ -172,8 +179,12 @@ def survey_log(log: PartitionLog, ring: WindowRing | None = None) -> LogSurvey:
     sizes = [segment.size_bytes for segment in segments]
     largest_ts = first_ts = -1
     next_offset = segments[0].base_offset if segments else 0
+    offset_floor = 0  # the lowest offset the next batch of an inactive segment may start at
     for i, window, result in read_ahead(_checked_windows(segments, ring), name="survey-read-ahead"):
         segment = segments[i]
+        if result is not None and i < len(segments) - 1:
+            offset_floor = _check_offsets(result, segment, segments[i + 1].base_offset, offset_floor)
+            _check_legacy_wrappers(result, window, segment.paths.log)
         if result is None:  # segment i is done
             surveys.append(
                 SegmentSurvey(
@@ -200,6 +211,53 @@ def survey_log(log: PartitionLog, ring: WindowRing | None = None) -> LogSurvey:
                 Transaction(state.producer_id, state.open_txn_first_offset, -1, -1, state.open_txn_data_batches)
             )
     return LogSurvey(surveys, producers, transactions, bytes_read)
+
+
+def _check_offsets(result, segment, next_base: int, offset_floor: int) -> int:
+    """Check the batch offsets of one window of an inactive segment; returns the floor for the next batch.
+
+    Raises `CorruptRecordError` at the first batch that starts below `offset_floor` or its segment's base
+    (out of order, overlapping) or ends at or past `next_base`, the next segment's base (segments hold
+    disjoint offset ranges; this also keeps every offset within base + 2^31-1, which the segment roll
+    ensures). A legacy wrapper's first inner offset is unknown from its header alone, so its outer (last)
+    offset stands for it.
+    """
+    base_offsets = result.base_offset
+    last_offsets = result.last_offset
+    wrapper = result.is_legacy & (result.compression != fmt.COMPRESSION_NONE)  # base offset -1: not known here
+    starts = np.where(wrapper, last_offsets, base_offsets)
+    floors = np.concatenate(([max(offset_floor, segment.base_offset)], last_offsets[:-1] + 1))
+    ceiling = min(next_base, segment.base_offset + fmt.RELATIVE_OFFSET_MAX + 1)
+    bad = np.flatnonzero((starts < floors) | (last_offsets < starts) | (last_offsets >= ceiling))
+    if len(bad):
+        j = int(bad[0])
+        start, last, floor = int(starts[j]), int(last_offsets[j]), int(floors[j])
+        if start < floor:
+            reason = (
+                f"batch offsets [{start}, {last}] do not follow the offsets before them "
+                f"(expected at least {floor}; segment base {segment.base_offset})"
+            )
+        elif last < start:  # baseOffset + lastOffsetDelta wrapped past 2^63-1
+            reason = f"batch offsets [{start}, {last}] end below where they start"
+        else:
+            reason = (
+                f"batch offsets [{start}, {last}] reach past the segment's range [{segment.base_offset}, {ceiling}) "
+                f"(the next segment starts at {next_base})"
+            )
+        raise CorruptRecordError(reason, position=int(result.batch_position[j]), path=segment.paths.log)
+    return int(last_offsets[-1]) + 1 if len(last_offsets) else offset_floor
+
+
+def _check_legacy_wrappers(result, window, path) -> None:
+    """Decode every v0/v1 compressed wrapper of a window of an inactive segment in full (inner messages and
+    their own CRC-32s, which only decompression reaches), so that damage inside one stops the round before
+    anything is swapped. Such wrappers are rare and old; v2 batches are decoded by the later phases."""
+    for i in np.flatnonzero(result.is_legacy & (result.compression != fmt.COMPRESSION_NONE)).tolist():
+        start = int(result.batch_position[i]) - result.base_position
+        try:
+            scan(window, start=start, end=start + int(result.batch_size[i]), base_position=result.base_position)
+        except CorruptRecordError as exc:
+            raise exc.located(path, 0) from None
 
 
 def _track_producers(result, window: bytes, producers: dict[int, ProducerState], transactions: list[Transaction], path) -> None:
@@ -231,7 +289,10 @@ def _track_producers(result, window: bytes, producers: dict[int, ProducerState],
             continue  # an empty control batch (a cleaned marker): it ends nothing
         position = int(result.batch_position[i])
         local = position - result.base_position
-        batch = decode_batch(window, local)
+        try:
+            batch = decode_batch(window, local)
+        except CorruptRecordError as exc:  # positions relative to the window: place them in the file
+            raise exc.located(path, result.base_position) from None
         try:
             _, control_type = decode_control_key(batch.records[0].key)
         except CorruptRecordError as exc:

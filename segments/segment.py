@@ -542,6 +542,7 @@ class LogSegment:
         from .scan import scan as scan_buffer
 
         positions: list[np.ndarray] = []
+        first_offsets: list[np.ndarray] = []
         last_offsets: list[np.ndarray] = []
         max_timestamps: list[np.ndarray] = []
         pos = 0
@@ -550,6 +551,7 @@ class LogSegment:
 
         def take(result) -> None:
             positions.append(result.batch_position.copy())
+            first_offsets.append(result.base_offset.copy())
             last_offsets.append(result.last_offset.copy())
             max_timestamps.append(result.max_timestamp.copy())
 
@@ -589,6 +591,9 @@ class LogSegment:
         batch_positions = np.concatenate(positions) if positions else np.zeros(0, np.int64)
         batch_last = np.concatenate(last_offsets) if last_offsets else np.zeros(0, np.int64)
         batch_max_ts = np.concatenate(max_timestamps) if max_timestamps else np.zeros(0, np.int64)
+        self._check_offsets_increase(
+            batch_positions, np.concatenate(first_offsets) if first_offsets else np.zeros(0, np.int64), batch_last
+        )
         truncated = self.size_bytes - valid_bytes
         if truncated:
             assert self.writable, f"{self.paths.log}: truncating needs a writable segment"
@@ -609,6 +614,26 @@ class LogSegment:
             self._next_offset = self.base_offset
             self._bytes_since_last_index_entry = 0
         return RecoveryResult(valid_bytes, truncated, batches, self._next_offset)
+
+    def _check_offsets_increase(self, positions: np.ndarray, first_offsets: np.ndarray, last_offsets: np.ndarray) -> None:
+        """Raise `CorruptRecordError` at the first batch whose offsets do not lie above the batch before it and
+        within [base, base + 2^31-1]. The CRC does not cover baseOffset: only the order of offsets tells a
+        corrupt one, and the index rebuilt from them could not hold it.
+        """
+        floors = np.concatenate(([self.base_offset], last_offsets[:-1] + 1))
+        bad = np.flatnonzero(
+            (first_offsets < floors)
+            | (last_offsets < first_offsets)
+            | (last_offsets - self.base_offset > fmt.RELATIVE_OFFSET_MAX)
+        )
+        if len(bad):
+            j = int(bad[0])
+            raise CorruptRecordError(
+                f"batch offsets [{int(first_offsets[j])}, {int(last_offsets[j])}] do not follow the batch before "
+                f"(expected from {int(floors[j])}) within [{self.base_offset}, {self.base_offset + fmt.RELATIVE_OFFSET_MAX}]",
+                position=int(positions[j]),
+                path=self.paths.log,
+            )
 
     def _batch_start_containing(self, start: int, position: int) -> int:
         """The start of the batch (walking headers from `start`) whose bytes include `position`."""
@@ -645,7 +670,12 @@ class LogSegment:
     def rebuild_indexes(
         self, batch_positions: np.ndarray, batch_last_offsets: np.ndarray, batch_max_timestamps: np.ndarray, *, write: bool
     ) -> None:
-        """Replace both indexes with Kafka's canonical build over the given batches."""
+        """Replace both indexes with Kafka's canonical build over the given batches.
+
+        Raises `CorruptRecordError` (file and position) if the batches' last offsets do not increase within
+        [base, base + 2^31-1]: then they came from a corrupt log, which no index can describe.
+        """
+        self._check_offsets_increase(batch_positions, batch_last_offsets, batch_last_offsets)
         offsets, positions = build_offset_index_entries(batch_positions, batch_last_offsets, self.index_interval_bytes)
         ts, ts_offsets = build_time_index_entries(
             batch_positions, batch_last_offsets, batch_max_timestamps, self.index_interval_bytes

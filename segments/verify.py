@@ -1,7 +1,8 @@
 """Read-only verification of log directories, partition directories and segment files.
 
-Owns the checks behind `logcleaner verify`: every batch's CRC and framing (records included), offsets
-strictly increasing within and across segments and inside each segment's relative range, indexes
+Owns the checks behind `logcleaner verify`: every batch's CRC and framing (records included, and the keys of
+control records), offsets strictly increasing within and across segments and inside each segment's range
+(from its base, below the next segment's base, within base + 2^31-1), indexes
 consistent with the log (sanity and every entry pointing at a batch start whose predecessor ends before
 the entry's offset; the time index ending with the segment's max timestamp), transaction indexes,
 readable checkpoints, and no leftover temporary files (`.cleaned`, `.swap`, `.deleted`, `.tmp`).
@@ -26,6 +27,7 @@ from . import format as fmt
 from .checkpoint import read_offset_checkpoint
 from .errors import CheckpointError, CorruptIndexError, CorruptRecordError, LinkRefusedError
 from .pathcheck import LINK_REFUSED, display_path, find_partition_dirs
+from .records import decode_control_key
 from .recovery import parse_segment_file_name
 
 __all__ = ["Problem", "VerifySummary", "verify_paths"]
@@ -165,6 +167,14 @@ def _verify_partition(directory: Path, summary: VerifySummary) -> None:
             previous_next = None
             continue
         _check_batch_offsets(path, base, scan, previous_next, summary)
+        if not is_active and len(scan.last_offsets) and scan.last_offsets.max() >= bases[i + 1]:
+            first = int(np.argmax(scan.last_offsets >= bases[i + 1]))
+            summary.problems.append(
+                Problem(
+                    str(path), int(scan.positions[first]),
+                    f"batch last offset {int(scan.last_offsets[first])} is not below the next segment's base {bases[i + 1]}",
+                )
+            )
         if len(scan.last_offsets):
             previous_next = int(scan.last_offsets[-1]) + 1
         elif previous_next is not None:
@@ -199,6 +209,10 @@ def _scan_log(path: Path, summary: VerifySummary, *, allow_torn_tail: bool) -> _
             except CorruptRecordError as exc:
                 summary.problems.append(Problem(str(path), exc.position, exc.reason))
                 return None
+            bad_control = _first_bad_control_key(result)
+            if bad_control is not None:
+                summary.problems.append(Problem(str(path), bad_control.position, bad_control.reason))
+                return None
             if result.n_batches == 0:
                 break
             positions.append(result.batch_position.copy())
@@ -217,6 +231,18 @@ def _scan_log(path: Path, summary: VerifySummary, *, allow_torn_tail: bool) -> _
     summary.records += records
     summary.bytes += size
     return scan
+
+
+def _first_bad_control_key(result) -> CorruptRecordError | None:
+    """The error of the first control record whose key Kafka cannot parse (shorter than 4 bytes, negative
+    version), placed at its batch; None if there is none. The scan checks framing, not what control keys hold."""
+    for i in np.flatnonzero(result.is_control).tolist():
+        for r in range(int(result.record_start[i]), int(result.record_start[i + 1])):
+            try:
+                decode_control_key(result.key_bytes(r), position=int(result.batch_position[i]))
+            except CorruptRecordError as exc:
+                return exc
+    return None
 
 
 def _check_batch_offsets(path: Path, base: int, scan: _SegmentScan, previous_next: int | None, summary: VerifySummary) -> None:
@@ -240,6 +266,16 @@ def _check_batch_offsets(path: Path, base: int, scan: _SegmentScan, previous_nex
                 str(path), int(scan.positions[i + 1]),
                 f"batch base offset {int(scan.base_offsets[i + 1])} does not follow the previous batch's last offset "
                 f"{int(scan.last_offsets[i])}",
+            )
+        )
+    # A v0 wrapper's offset field (outside its CRC) is its last offset; below its inner messages' it is corrupt.
+    backwards = np.nonzero(scan.last_offsets < scan.base_offsets)[0]
+    if len(backwards):
+        i = int(backwards[0])
+        summary.problems.append(
+            Problem(
+                str(path), int(scan.positions[i]),
+                f"batch last offset {int(scan.last_offsets[i])} is below its first offset {int(scan.base_offsets[i])}",
             )
         )
     too_far = np.nonzero(scan.last_offsets - base > fmt.RELATIVE_OFFSET_MAX)[0]
