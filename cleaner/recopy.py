@@ -77,6 +77,7 @@ class RecopyContext:
     producer_expiration_ms: int
     superseded: SupersededOffsets | None = None  # the index phase's superseded offsets (None: ask the map)
     dry_run: bool = False
+    partial: bool = False  # a generational round below the log's full range: tombstones and markers stay
 
 
 @dataclass(slots=True)
@@ -226,6 +227,8 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
             int(result.producer_id[i]), int(result.base_offset[i])
         )
     discard_records = np.where(control, marker_discardable & has_horizon & (horizon <= ctx.now_ms), aborted)
+    if ctx.partial:  # what a marker or tombstone aborts or deletes may lie in an older generation
+        discard_records &= ~control
     retain_empty = v2 & _producer_last_batches(result, ctx)
     if group_last >= 0:
         retain_empty[group_last] |= v2[group_last]
@@ -249,7 +252,7 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
                 h1, h2 = hash_key_spans(source, result.key_pos[r], result.key_len[r], ctx.offset_map.seed)
                 is_latest[r] = offsets[r] >= ctx.offset_map.lookup_hashes(h1, h2)
     tombstone = result.value_len < 0
-    retain_tombstone = np.where(v2, ~has_horizon | (ctx.now_ms < horizon), retain_tombstones_legacy)
+    retain_tombstone = np.where(v2, ~has_horizon | (ctx.now_ms < horizon), retain_tombstones_legacy) | ctx.partial
     live = ~discard_records[bi]
     keep = live & (
         control[bi] | beyond | (is_latest & (~tombstone | retain_tombstone[bi]))

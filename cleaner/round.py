@@ -29,6 +29,7 @@ from segments.log import PartitionLog
 from segments.readahead import WindowRing
 
 from .cleanable import CleanableRange, cleanable_range
+from .generations import GenerationPlan, load_starts, plan_round, save_starts
 from .indexing import build_offset_map
 from .recopy import RecopyContext, RecopyStats, clean_group, group_segments
 from .settings import TopicSettings
@@ -72,6 +73,10 @@ class RoundResult:
     size_before_bytes: int
     size_after_bytes: int
     groups: int
+    recopy_from: int  # the first offset recopied: the log start, except in a partial generational round
+    generations_merged: int  # generational mode: generations merged with the dirty head (0 otherwise)
+    full_cycle: bool  # the whole log was recopied (always, outside generational mode)
+    survey_bytes_read: int
     survey_s: float
     index_s: float
     recopy_s: float
@@ -152,11 +157,15 @@ def clean_round(
         )
         log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, rng.first_dirty)
     if rng.empty and not (force_recopy and rng.first_dirty > rng.log_start_offset):
-        return _result(log_, rng, None, None, RecopyStats(), dry_run, size_before, survey_s, 0.0, started, offset_map)
-    # The dirty section's offset span bounds its keys: a small section probes (and touches) a small table.
-    offset_map.reset(random.getrandbits(32) if seed is None else seed, expected_keys=rng.first_uncleanable - rng.first_dirty)
+        return _result(log_, rng, None, None, RecopyStats(), dry_run, size_before, survey_s, 0.0, started, offset_map,
+                       survey.bytes_read, None)
+    generations = _plan_generations(log_, survey, topic, rng, offset_map, force_recopy) if forced_from is None else None
+    map_from = generations.map_from if generations is not None else rng.first_dirty
+    recopy_from = generations.recopy_from if generations is not None else rng.log_start_offset
+    # The indexed section's offset span bounds its keys: a small section probes (and touches) a small table.
+    offset_map.reset(random.getrandbits(32) if seed is None else seed, expected_keys=rng.first_uncleanable - map_from)
     index = build_offset_map(
-        log_, survey, offset_map, rng.first_dirty, rng.first_uncleanable, check_abort=check_abort, on_bytes=on_bytes,
+        log_, survey, offset_map, map_from, rng.first_uncleanable, check_abort=check_abort, on_bytes=on_bytes,
         ring=ring,
     )
     faults.hit("round.after_index")
@@ -173,10 +182,11 @@ def clean_round(
         producer_expiration_ms=producer_expiration_ms,
         superseded=index.superseded,
         dry_run=dry_run,
+        partial=generations is not None and not generations.full,
     )
     stats = RecopyStats()
     groups = group_segments(
-        segments,
+        [s for s in segments if s.base_offset >= recopy_from],
         index.end_offset,
         first_uncleanable=rng.first_uncleanable,
         segment_bytes=topic.segment_bytes,
@@ -190,14 +200,38 @@ def clean_round(
         faults.hit("checkpoint.before_write")
         log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, index.end_offset)
         faults.hit("checkpoint.after_write")
-    result = _result(log_, rng, index, groups, stats, dry_run, size_before, survey_s, index.elapsed_s, started, offset_map)
+        if generations is not None:
+            older = [s for s in generations.generations[1:] if s < recopy_from]
+            save_starts(log_.directory, older + ([recopy_from] if recopy_from > rng.log_start_offset else []),
+                        file_ops=log_.file_ops)
+    result = _result(log_, rng, index, groups, stats, dry_run, size_before, survey_s, index.elapsed_s, started, offset_map,
+                     survey.bytes_read, generations)
     log.info("%s", result.log_line())
     if result.invalid_records:
         log.warning("found %d invalid (unkeyed) records in %s-%d", result.invalid_records, log_.topic, log_.partition)
     return result
 
 
-def _result(log_, rng: CleanableRange, index, groups, stats: RecopyStats, dry_run, size_before, survey_s, index_s, started, offset_map) -> RoundResult:
+def _plan_generations(log_: PartitionLog, survey, topic: TopicSettings, rng: CleanableRange,
+                      offset_map: OffsetMap, force_full: bool) -> GenerationPlan | None:
+    """The generational plan of this round, or None outside generational mode."""
+    if topic.cleaner_mode != "generational":
+        return None
+    return plan_round(
+        load_starts(log_.directory),
+        [s.base_offset for s in survey.segments],
+        [s.size_bytes for s in survey.segments],
+        log_start=rng.log_start_offset,
+        first_dirty=rng.first_dirty,
+        first_uncleanable=rng.first_uncleanable,
+        ratio=topic.cleaner_generation_ratio,
+        map_capacity=offset_map.capacity,
+        force_full=force_full,
+    )
+
+
+def _result(log_, rng: CleanableRange, index, groups, stats: RecopyStats, dry_run, size_before, survey_s, index_s, started,
+            offset_map, survey_bytes, generations: GenerationPlan | None) -> RoundResult:
     size_after = size_before - stats.bytes_read + stats.bytes_written if dry_run else log_.size_bytes
     return RoundResult(
         topic=log_.topic,
@@ -223,6 +257,10 @@ def _result(log_, rng: CleanableRange, index, groups, stats: RecopyStats, dry_ru
         size_before_bytes=size_before,
         size_after_bytes=size_after,
         groups=len(groups) if groups is not None else 0,
+        recopy_from=generations.recopy_from if generations is not None else rng.log_start_offset,
+        generations_merged=generations.merged if generations is not None else 0,
+        full_cycle=generations is None or generations.full,
+        survey_bytes_read=survey_bytes,
         survey_s=survey_s,
         index_s=index_s,
         recopy_s=stats.elapsed_s,

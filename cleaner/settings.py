@@ -146,6 +146,11 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _s("log.retention.ms", "int", 7 * 24 * 3600 * 1000, -1, _LONG_MAX),
         _s("log.retention.bytes", "int", -1, -1, _LONG_MAX),
         _s("log.preallocate", "bool", False),
+        # logcleaner's own (not Kafka's): generational cleaning (cleaner/generations.py)
+        _s("log.cleaner.mode", "str", "full", choices=("full", "generational"),
+           doc="full: recopy the whole log every round (Kafka); generational: merge only young generations"),
+        _s("log.cleaner.generation.ratio", "float", 4.0, 1.0, 1e6,
+           doc="a generation joins a merge while its size is at most this times the bytes merged so far"),
     ]
 }
 
@@ -167,6 +172,8 @@ TOPIC_SETTINGS: dict[str, tuple[Setting, str | None]] = {
         (_s("retention.ms", "int", 7 * 24 * 3600 * 1000, -1, _LONG_MAX), "log.retention.ms"),
         (_s("retention.bytes", "int", -1, -1, _LONG_MAX), "log.retention.bytes"),
         (_s("preallocate", "bool", False), "log.preallocate"),
+        (_s("cleaner.mode", "str", "full", choices=("full", "generational")), "log.cleaner.mode"),
+        (_s("cleaner.generation.ratio", "float", 4.0, 1.0, 1e6), "log.cleaner.generation.ratio"),
     ]
 }
 
@@ -189,6 +196,8 @@ class TopicSettings:
     retention_ms: int  # retention.ms
     retention_bytes: int  # retention.bytes
     preallocate: bool  # preallocate
+    cleaner_mode: str = "full"  # cleaner.mode (logcleaner's own): "full" or "generational"
+    cleaner_generation_ratio: float = 4.0  # cleaner.generation.ratio (logcleaner's own)
 
     @property
     def compact(self) -> bool:
