@@ -40,6 +40,7 @@ from segments.recovery import parse_segment_file_name
 from segments.segment import LogSegment, peek_header
 
 from .oneshot import NEVER_CLEANED_TOPICS
+from . import survivorship
 from .round import RoundResult
 from .settings import Settings, TopicSettings
 
@@ -91,6 +92,7 @@ class PartitionStatus:
     dirty_ratio: float = 0.0
     cleanable_bytes: int = 0
     total_bytes: int = 0
+    clean_bytes: int = 0  # bytes below the first dirty offset
     first_dirty: int = 0
     first_uncleanable: int = 0
     compaction_delay_ms: int = 0
@@ -102,6 +104,7 @@ class PartitionStatus:
     uncleanable_failures: int = 0
     busy_until_ms: int = 0  # another process held its cleaner lock, or its disk was full: passed over until then
     disk_full_failures: int = 0
+    survivorship: float | None = None  # smoothed, from the log dir's survivorship checkpoint (survivorship policy)
     last_result: RoundResult | None = None
     last_error: str | None = None
     rounds: int = 0
@@ -124,6 +127,7 @@ class PartitionStatus:
             "rounds": self.rounds,
             "last_error": self.last_error,
             "disk_full_failures": self.disk_full_failures,
+            "survivorship": self.survivorship,
             "last_round": None if self.last_result is None else self.last_result.as_dict(),
         }
         return out
@@ -342,6 +346,7 @@ class CleanerManager:
         status.first_dirty = first_dirty
         status.first_uncleanable = first_uncleanable
         status.cleanable_bytes = cleanable
+        status.clean_bytes = clean_bytes
         status.total_bytes = sum(f.size_bytes for f in facts)
         status.dirty_ratio = cleanable / total if total else 0.0
         status.compaction_delay_ms = delay
@@ -361,6 +366,8 @@ class CleanerManager:
         eligible: list[tuple[tuple, Candidate]] = []
         max_ratio = 0.0
         max_delay = 0
+        by_survivorship = self.settings.broker["log.cleaner.selection.policy"] == "survivorship"
+        survivorships: dict[Path, dict] = {}
         for status in statuses:
             topic = self.settings.topic(status.topic)
             if not topic.compact:
@@ -377,20 +384,33 @@ class CleanerManager:
                 continue
             max_ratio = max(max_ratio, status.dirty_ratio)
             max_delay = max(max_delay, status.compaction_delay_ms)
+            score = status.dirty_ratio
+            ratio_gate = status.dirty_ratio > topic.min_cleanable_dirty_ratio
+            if by_survivorship:
+                if status.log_dir not in survivorships:
+                    survivorships[status.log_dir] = survivorship.read_all(status.log_dir)
+                status.survivorship = survivorships[status.log_dir].get((status.topic, status.partition))
+                s = status.survivorship or 0.0
+                clean = status.clean_bytes
+                score = survivorship.freed_per_io_byte(clean, status.cleanable_bytes, s)
+                ratio_gate = survivorship.eligible(
+                    clean, status.cleanable_bytes, s, min_ratio=topic.min_cleanable_dirty_ratio,
+                    backstop_ratio=self.settings.broker["log.cleaner.survivorship.backstop.ratio"],
+                )
             horizon_due = 0 <= status.next_delete_horizon_ms <= now
             has_dirty = status.cleanable_bytes > 0 and status.first_uncleanable > status.first_dirty
             if status.triggered:
                 reason = "triggered"
             elif status.compaction_delay_ms > 0 and has_dirty:
                 reason = "max.compaction.lag.ms"
-            elif has_dirty and status.dirty_ratio > topic.min_cleanable_dirty_ratio:
+            elif has_dirty and ratio_gate:
                 reason = "dirty ratio"
             elif horizon_due:
                 reason = "delete horizon"
             else:
                 continue
             device = os.stat(status.log_dir).st_dev
-            rank = (device in busy, reason not in ("triggered", "max.compaction.lag.ms"), -status.dirty_ratio)
+            rank = (device in busy, reason not in ("triggered", "max.compaction.lag.ms"), -score)
             eligible.append((rank, Candidate(
                 status.directory, status.log_dir, status.topic, status.partition, status.dirty_ratio,
                 status.compaction_delay_ms, reason, force_recopy=(reason in ("delete horizon", "triggered")),

@@ -21,6 +21,7 @@ from segments.log import PartitionLog, parse_partition_dir_name
 from segments.pathcheck import describe_os_error, display_path, find_partition_dirs, partition_dir_name_problem
 from segments.readahead import WindowRing
 
+from . import survivorship
 from .round import RoundResult, clean_round
 from .settings import Settings
 from .survey import WINDOW_BYTES
@@ -136,6 +137,7 @@ def clean_partition(
                     ring=ring,
                 )
                 outcome.rounds.append(result)
+                survivorship.record_round(directory, result, settings.broker["log.cleaner.survivorship.alpha"])
                 if result.done or once or dry_run or result.end_offset <= result.first_dirty:
                     break
                 start = result.end_offset

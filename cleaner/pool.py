@@ -28,6 +28,7 @@ from segments.errors import LockTimeoutError
 from segments.log import PartitionLog
 from segments.readahead import WindowRing
 
+from . import survivorship
 from .idle import maintain_idle_logs
 from .manager import Candidate, CleanerManager
 from .metrics import CleanerMetrics
@@ -215,6 +216,7 @@ class CleanerPool:
                     on_bytes=on_bytes,
                     ring=ring,
                 )
+            survivorship.record_round(directory, result, self.manager.settings.broker["log.cleaner.survivorship.alpha"])
             self.manager.done_cleaning(directory, result, result.next_delete_horizon_ms)
             self.metrics.record_round(index, result)
         except CleaningAbortedError:

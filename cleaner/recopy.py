@@ -78,6 +78,7 @@ class RecopyContext:
     superseded: SupersededOffsets | None = None  # the index phase's superseded offsets (None: ask the map)
     dry_run: bool = False
     partial: bool = False  # a generational round below the log's full range: tombstones and markers stay
+    first_dirty: int = 0  # records at or past it are the dirty section's (survivorship is measured on them)
 
 
 @dataclass(slots=True)
@@ -94,6 +95,8 @@ class RecopyStats:
     batches_rebuilt: int = 0
     batches_emptied: int = 0
     invalid_records: int = 0
+    dirty_records_read: int = 0
+    dirty_records_written: int = 0
     tombstones_stamped_batches: int = 0
     earliest_delete_horizon_ms: int = -1  # the soonest horizon among written batches (-1: none)
     elapsed_s: float = 0.0
@@ -416,6 +419,9 @@ def clean_group(
             _note_horizons(stats, result, action, needs_horizon, ctx)
             stats.invalid_records += invalid
             stats.records_written += int(np.count_nonzero(keep))
+            dirty = (result.offset >= ctx.first_dirty) & ~result.is_control[result.batch_index]
+            stats.dirty_records_read += int(np.count_nonzero(dirty))
+            stats.dirty_records_written += int(np.count_nonzero(dirty & keep))
             written, batches = _window_output(result, ctx, action, keep, needs_horizon, stats, output)
             stats.batches_written += batches
             kept_control = np.nonzero(result.is_control & (action != ACTION_DROP))[0]

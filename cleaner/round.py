@@ -64,6 +64,8 @@ class RoundResult:
     bytes_written: int
     records_read: int
     records_written: int
+    dirty_records_read: int  # data records of the dirty section read by the recopy
+    dirty_records_written: int  # ... and kept: their ratio is the round's survivorship
     batches_read: int
     batches_written: int
     batches_rebuilt: int
@@ -81,6 +83,11 @@ class RoundResult:
     index_s: float
     recopy_s: float
     elapsed_s: float
+
+    @property
+    def survivorship(self) -> float | None:
+        """Fraction of the dirty section's data records the round kept (None when it read none)."""
+        return self.dirty_records_written / self.dirty_records_read if self.dirty_records_read else None
 
     @property
     def done(self) -> bool:
@@ -183,6 +190,7 @@ def clean_round(
         superseded=index.superseded,
         dry_run=dry_run,
         partial=generations is not None and not generations.full,
+        first_dirty=rng.first_dirty,
     )
     stats = RecopyStats()
     groups = group_segments(
@@ -248,6 +256,8 @@ def _result(log_, rng: CleanableRange, index, groups, stats: RecopyStats, dry_ru
         bytes_written=stats.bytes_written,
         records_read=stats.records_read,
         records_written=stats.records_written,
+        dirty_records_read=stats.dirty_records_read,
+        dirty_records_written=stats.dirty_records_written,
         batches_read=stats.batches_read,
         batches_written=stats.batches_written,
         batches_rebuilt=stats.batches_rebuilt,

@@ -151,6 +151,13 @@ BROKER_SETTINGS: dict[str, Setting] = {
            doc="full: recopy the whole log every round (Kafka); generational: merge only young generations"),
         _s("log.cleaner.generation.ratio", "float", 4.0, 1.0, 1e6,
            doc="a generation joins a merge while its size is at most this times the bytes merged so far"),
+        # logcleaner's own: survivorship-aware scheduling (cleaner/survivorship.py)
+        _s("log.cleaner.selection.policy", "str", "dirty-ratio", choices=("dirty-ratio", "survivorship"),
+           doc="dirty-ratio: Kafka's ranking; survivorship: expected bytes freed per byte of cleaning I/O"),
+        _s("log.cleaner.survivorship.alpha", "float", 0.5, 0.01, 1.0,
+           doc="weight of the newest round in each partition's smoothed survivorship"),
+        _s("log.cleaner.survivorship.backstop.ratio", "float", 0.9, 0.0, 1.0,
+           doc="survivorship policy: clean anyway once the plain dirty ratio reaches this"),
     ]
 }
 

@@ -1,0 +1,85 @@
+"""Survivorship-aware scheduling: how much of a log's dirty section survives cleaning, and what a round is worth.
+
+Kafka ranks logs by dirty / (clean + dirty), which assumes nothing in the dirty section survives. A log being
+bootstrapped with inserts only (every key new) has a dirty ratio near 1 and loses nothing when cleaned, so
+Kafka recopies it round after round for nothing. Every round records the survivorship of the dirty section it
+cleaned, `records written / records read`, smoothed per partition with an exponentially weighted average
+(`log.cleaner.survivorship.alpha`: the weight of the newest round), and kept in
+`<log dir>/logcleaner-survivorship-checkpoint` (Kafka's offset-checkpoint format, the value in parts per
+million, written atomically under the log dir's checkpoint lock) so a restart keeps it.
+
+With `log.cleaner.selection.policy = survivorship` a log is ranked by the bytes a round is expected to free
+per byte of cleaning I/O:
+
+    freed = dirty × (1 − s)        io = (clean + dirty) read + (clean + dirty × s) written
+
+and is eligible when `freed / (clean + dirty)` exceeds `min.cleanable.dirty.ratio` (the fraction the round
+is expected to remove, where Kafka's ratio assumes s = 0), or when its plain dirty ratio reaches
+`log.cleaner.survivorship.backstop.ratio` — so a log whose workload changed is measured again, rarely (each
+such round at least doubles the clean section an insert-only log must be outgrown by). A partition with no
+history has s = 0: Kafka's behaviour. `dirty-ratio` (the default) is Kafka's policy unchanged.
+
+Owns the estimate arithmetic (pure, shared with `bench/scheduling_sim.py`) and the checkpoint file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from segments.checkpoint import read_offset_checkpoint
+from segments.log import update_log_dir_checkpoint
+
+__all__ = [
+    "POLICIES", "SURVIVORSHIP_CHECKPOINT", "eligible", "expected_freed_fraction", "freed_per_io_byte", "read_all",
+    "record", "record_round", "smoothed",
+]
+
+SURVIVORSHIP_CHECKPOINT = "logcleaner-survivorship-checkpoint"
+POLICIES = ("dirty-ratio", "survivorship")
+_PPM = 1_000_000
+
+
+def smoothed(previous: float | None, observed: float, alpha: float) -> float:
+    return observed if previous is None else alpha * observed + (1 - alpha) * previous
+
+
+def record(log_dir: str | os.PathLike, topic: str, partition: int, observed: float, alpha: float) -> float:
+    """Fold one round's survivorship into the partition's smoothed value and persist it; returns the new value."""
+    previous = read_all(log_dir).get((topic, partition))
+    value = min(max(smoothed(previous, observed, alpha), 0.0), 1.0)
+    update_log_dir_checkpoint(log_dir, SURVIVORSHIP_CHECKPOINT, (topic, partition), round(value * _PPM))
+    return value
+
+
+def record_round(directory: str | os.PathLike, result, alpha: float) -> float | None:
+    """After a round (a `cleaner.round.RoundResult`) of the partition at `directory`: fold in its survivorship."""
+    if result.dry_run or result.survivorship is None:
+        return None
+    return record(Path(directory).parent, result.topic, result.partition, result.survivorship, alpha)
+
+
+def read_all(log_dir: str | os.PathLike) -> dict[tuple[str, int], float]:
+    """Every partition's smoothed survivorship in `log_dir` (missing file: none)."""
+    return {tp: v / _PPM for tp, v in read_offset_checkpoint(Path(log_dir) / SURVIVORSHIP_CHECKPOINT).items()}
+
+
+def expected_freed_fraction(clean_bytes: int, dirty_bytes: int, survivorship: float) -> float:
+    total = clean_bytes + dirty_bytes
+    return dirty_bytes * (1 - survivorship) / total if total else 0.0
+
+
+def freed_per_io_byte(clean_bytes: int, dirty_bytes: int, survivorship: float) -> float:
+    """Expected bytes a round frees per byte it reads and writes (the survivorship policy's rank)."""
+    io = (clean_bytes + dirty_bytes) + (clean_bytes + dirty_bytes * survivorship)
+    return dirty_bytes * (1 - survivorship) / io if io else 0.0
+
+
+def eligible(clean_bytes: int, dirty_bytes: int, survivorship: float, *, min_ratio: float, backstop_ratio: float) -> bool:
+    """Whether the survivorship policy would clean this log now (see the module docstring)."""
+    total = clean_bytes + dirty_bytes
+    if dirty_bytes <= 0 or total <= 0:
+        return False
+    return expected_freed_fraction(clean_bytes, dirty_bytes, survivorship) > min_ratio or (
+        dirty_bytes / total >= backstop_ratio
+    )
