@@ -28,11 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from segments.checkpoint import GENERATIONS_FILE
 from segments.fileio import DEFAULT_FILE_OPS, FileOps
 
 __all__ = ["GENERATIONS_FILE", "GenerationPlan", "load_starts", "plan_round", "save_starts"]
-
-GENERATIONS_FILE = ".logcleaner-generations"
 
 
 @dataclass(frozen=True, slots=True)

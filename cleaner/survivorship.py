@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from segments.checkpoint import read_offset_checkpoint
+from segments.checkpoint import SURVIVORSHIP_CHECKPOINT, read_offset_checkpoint
 from segments.log import update_log_dir_checkpoint
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
     "record", "record_round", "smoothed",
 ]
 
-SURVIVORSHIP_CHECKPOINT = "logcleaner-survivorship-checkpoint"
 POLICIES = ("dirty-ratio", "survivorship")
 _PPM = 1_000_000
 

@@ -64,6 +64,9 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"  # log.dir root
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"  # log.dir root: high watermarks
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"  # log.dir root
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"  # partition directory
+# logcleaner's own state files (Kafka ignores them): scheduling state per log dir, generations per partition
+SURVIVORSHIP_CHECKPOINT = "logcleaner-survivorship-checkpoint"  # log.dir root (cleaner.survivorship)
+GENERATIONS_FILE = ".logcleaner-generations"  # partition directory (cleaner.generations)
 PARTITION_METADATA_FILE = "partition.metadata"  # partition directory
 
 OFFSET_CHECKPOINT_VERSION = 0

@@ -45,10 +45,12 @@ from . import format as fmt
 from . import pathcheck
 from .checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
+    GENERATIONS_FILE,
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    SURVIVORSHIP_CHECKPOINT,
     read_offset_checkpoint,
     update_offset_checkpoint,
 )
@@ -67,6 +69,7 @@ Mode = Literal["writer", "cleaner", "reader"]
 
 LOG_DIR_CHECKPOINTS = (
     CLEANER_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+    SURVIVORSHIP_CHECKPOINT,
 )
 _CHECKPOINT_LOCK = ".logcleaner-checkpoints.lock"  # in the log dir root; guards read-modify-write of checkpoints
 _LOCK_TIMEOUT_S_DEFAULT = 30.0
@@ -234,7 +237,8 @@ class PartitionLog:
         with PartitionLock(self.directory, SWAP_LOCK).acquire(timeout_s=self._lock_timeout_s):
             self._recover_leftovers()
             remove_stale_checkpoint_temps(self.directory.parent, file_ops=self.file_ops)
-            self.file_ops.remove(self.directory / (LEADER_EPOCH_CHECKPOINT + ".tmp"))
+            for name in (LEADER_EPOCH_CHECKPOINT, GENERATIONS_FILE):
+                self.file_ops.remove(self.directory / (name + ".tmp"))
             self._list_segments()
             self._load_log_start_offset()
             if self.mode == "writer":
