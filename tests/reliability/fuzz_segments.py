@@ -23,9 +23,7 @@ coverage; the numba kernels are compiled code and are left out (instrumented byt
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import re
 import shutil
 import sys
@@ -47,9 +45,9 @@ with atheris.instrument_imports(include=["segments", "cleaner"], exclude=_NUMBA_
     from segments import format as fmt
     from segments.errors import CorruptIndexError, CorruptRecordError, SegmentError
     from segments.log import PartitionLog
-    from segments.recovery import parse_segment_file_name
     from segments.scan import scan, warm_up
     from segments.verify import verify_paths
+from tests.reliability.logfiles import leftovers, snapshot  # noqa: E402
 
 ACTIVE_BASE = 1_000_000  # above every offset of the seeds, so their offsets stay inside the fuzzed segment's range
 NOW_MS = 1_800_000_000_000
@@ -80,21 +78,6 @@ def _located(exc: SegmentError, segment: Path, size: int) -> None:
              f"not located in the partition: {exc}")
 
 
-def _snapshot(log_dir: Path) -> dict[str, str]:
-    out = {}
-    for dirpath, _, names in os.walk(log_dir):
-        for name in names:
-            if not name.endswith(".lock"):
-                path = Path(dirpath) / name
-                out[str(path.relative_to(log_dir))] = hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
-    return out
-
-
-def _leftovers(log_dir: Path) -> list[str]:
-    return [name for _, _, names in os.walk(log_dir) for name in names
-            if name.endswith(".tmp") or ((p := parse_segment_file_name(name)) is not None and p.state)]
-
-
 def check_scan(data: bytes) -> None:
     for headers_only in (False, True):
         try:
@@ -121,18 +104,18 @@ def check_verify(log_dir: Path, directory: Path) -> None:
 
 
 def check_clean(log_dir: Path, directory: Path, segment: Path, size: int) -> None:
-    before = _snapshot(log_dir)
+    before = snapshot(log_dir)
     outcome = clean_partition(directory, SETTINGS, now_ms=NOW_MS)
     if outcome.ok:
         return
     match = _LOCATED.match(outcome.error)
     _require(match is not None, f"clean failed without a file and a position: {outcome.error}")
     _require(Path(match["path"]) == segment and int(match["position"]) <= size, f"clean blamed: {outcome.error}")
-    after = _snapshot(log_dir)
+    after = snapshot(log_dir)
     _require({name: after.get(name) for name in before} == before, f"a failed clean changed files: {outcome.error}")
     added = {Path(name).suffix for name in after.keys() - before.keys()}
     _require(added <= {fmt.INDEX_SUFFIX, fmt.TIME_INDEX_SUFFIX}, f"a failed clean added files: {sorted(added)}")
-    _require(not _leftovers(log_dir), f"leftovers: {_leftovers(log_dir)}")
+    _require(not leftovers(log_dir), f"leftovers: {leftovers(log_dir)}")
 
 
 def check_input(data: bytes, root: Path) -> None:

@@ -8,7 +8,6 @@ logged about it (never a token).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal

@@ -60,7 +60,6 @@ trips it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -98,6 +97,8 @@ from segments.records import Record, batch_crc, encode_batch
 from segments.recovery import parse_segment_file_name
 from segments.scan import scan, warm_up
 from segments.varint import encode_varint
+
+from .logfiles import leftovers, snapshot
 from segments.verify import verify_paths
 
 from ..cleaner.builders import random_log
@@ -504,28 +505,6 @@ def damaged_copy(corpus: Corpus, case: Damage) -> Iterator[Damaged]:
 # ---- observations -------------------------------------------------------------------------------------------
 
 _LOCATED = re.compile(r"^(?P<path>/.+?): byte (?P<position>\d+): \S")
-
-
-def snapshot(log_dir: Path) -> dict[str, str]:
-    """Digest of every file under the log dir but lock files (opening a log creates them; they hold nothing)."""
-    out = {}
-    for dirpath, _, names in os.walk(log_dir):
-        for name in names:
-            if not name.endswith(".lock"):
-                path = Path(dirpath) / name
-                out[str(path.relative_to(log_dir))] = hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
-    return out
-
-
-def leftovers(log_dir: Path) -> list[str]:
-    """Temporary files of an interrupted clean, swap or checkpoint write."""
-    out = []
-    for dirpath, _, names in os.walk(log_dir):
-        for name in names:
-            parsed = parse_segment_file_name(name)
-            if name.endswith(".tmp") or (parsed is not None and parsed.state):
-                out.append(name)
-    return out
 
 
 def segment_logs(directory: Path) -> list[tuple[int, Path]]:

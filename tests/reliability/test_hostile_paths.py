@@ -13,7 +13,6 @@ so `unprivileged_command` starts it as root, imports and compiles what it needs,
 from __future__ import annotations
 
 import errno
-import json
 import os
 import pwd
 import shutil
@@ -45,7 +44,6 @@ from ..integration.daemon_helpers import (
     DaemonProcess,
     free_port,
     latest_by_key,
-    log_end_offset,
     records_of,
     segment_bases,
     wait_until,
