@@ -12,6 +12,10 @@ the log byte-for-byte as it was. Damage under a valid CRC inside the records of 
 only the recopy decodes) is found when the recopy reaches its group: the groups before it stay swapped, each
 complete, as in Kafka; that group and every later one are left as they were. An abort (`check_abort` raising) between windows removes the group's `.cleaned`
 files and leaves every group old or new. The cleaner checkpoint is written only after every group swapped.
+
+In generational mode (`cleaner.generations`) the offset map covers the younger merged generations and the
+dirty head, only segments from the oldest merged generation on are recopied, and a partial round keeps every
+tombstone and marker; the generation starts are recorded after the checkpoint.
 """
 
 from __future__ import annotations
