@@ -2,8 +2,8 @@
 
 A log of `--keys` distinct keys (10 million by default, each written once, 100-byte values; a freshly
 loaded log has no duplicates, so it starts clean) receives `--rounds` rounds of `--updates` Zipf-distributed
-updates (exponent 1; hot keys spread at random through the key space), each followed by one cleaning. Two
-copies of the log get exactly the same appends: one is cleaned with `cleaner.mode = full` (Kafka), the
+updates (exponent 1; the ranks placed at random on the key space afresh each round, so every round has
+new hot keys), each followed by one cleaning. Two copies of the log get exactly the same appends: one is cleaned with `cleaner.mode = full` (Kafka), the
 other with `cleaner.mode = generational`. After the last round the generational log gets one forced full
 cycle, and the two logs must then hold exactly the same offsets (records at equal offsets are the same
 input record). Prints, per round and mode: bytes read (survey, index+recopy) and written, cleaning time,
@@ -44,12 +44,12 @@ MODES = ("full", "generational")
 
 
 def _updates(keys: int, n: int, rng: np.random.Generator, value_bytes: int = 100):
-    """n Zipf-distributed updates as Arrow key/value arrays (keys formatted as the workloads do)."""
+    """n Zipf-distributed updates as Arrow key/value arrays (keys formatted as the workloads do).
+
+    Each call places the popularity ranks on the key space afresh (`bench.workloads._draw_keys`), so the hot
+    keys of one round are not those of the next: every round touches a new set of keys spread at random."""
     w = replace(WORKLOADS["Z1"], keys=keys, key_distribution="zipf", zipf_s=1.0)
-    ids = _draw_keys(w, np.random.Generator(np.random.PCG64DXSM(7)), 0)  # same permutation every round
-    del ids
-    ranks_rng = rng
-    key_ids = _draw_keys(replace(w, seed=0), ranks_rng, n)
+    key_ids = _draw_keys(w, rng, n)
     key_bytes = np.char.add(b"key-", np.char.zfill(key_ids.astype("S8"), 8)).astype("S12")
     keys_arr = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.arange(0, 12 * (n + 1), 12, dtype=np.int32)),
                                                        pa.py_buffer(key_bytes.tobytes())])

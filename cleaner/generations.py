@@ -76,7 +76,8 @@ def plan_round(
     exceed `map_capacity` entries. `force_full` merges every generation the map allows, whatever their
     sizes (a round forced to recopy, e.g. because tombstones' delete horizons passed).
     """
-    valid = sorted({s for s in starts if log_start < s < first_dirty and s in set(bases)})
+    segment_bases = set(bases)
+    valid = sorted({s for s in starts if log_start < s < first_dirty and s in segment_bases})
     gens = [log_start, *valid] if first_dirty > log_start else []
     bounds = [*gens, first_dirty]
     gen_bytes = [_bytes_between(bases, sizes, lo, hi) for lo, hi in zip(bounds, bounds[1:])]

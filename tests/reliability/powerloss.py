@@ -64,9 +64,10 @@ class PowerLossFileOps(FileOps):
         faults.hit("fileops.fsync")
 
     def fsync_dir(self, path) -> None:
-        super().fsync_dir(path) if Path(path) not in self.entries else self._fsync_tracked_dir(Path(path))
-
-    def _fsync_tracked_dir(self, directory: Path) -> None:
+        directory = Path(path)
+        if directory not in self.entries:
+            super().fsync_dir(directory)
+            return
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)

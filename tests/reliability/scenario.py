@@ -23,6 +23,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from cleaner.cli import main as cli_main
+from cleaner.settings import Settings
 from segments import format as fmt
 from segments.log import LogConfig, PartitionLog
 from segments.records import decode_control_key
@@ -36,12 +37,14 @@ DELETE_RETENTION_MS = 60_000
 FIRST_CLEAN_MS = T0 + 1_000
 NOW_MS = FIRST_CLEAN_MS + 10 * DELETE_RETENTION_MS  # past the horizon of the first clean's tombstones
 CLEAN_SETTINGS = {"segment.bytes": 4000, "delete.retention.ms": DELETE_RETENTION_MS}
+PARTITION_NAMES = [f"{TOPIC}-{p}" for p in range(PARTITIONS)]
 CLEAN_ARGS = ["--now-ms", str(NOW_MS)] + [a for k, v in CLEAN_SETTINGS.items() for a in ("--set", f"{k}={v}")]
+COMPACT_SETTINGS = Settings.from_mappings({**CLEAN_SETTINGS, "cleanup.policy": "compact"})  # what `clean` uses
 WRITE_CONFIG = LogConfig(segment_bytes=1200, index_interval_bytes=256)
 TEMP_SUFFIXES = (fmt.CLEANED_SUFFIX, fmt.SWAP_SUFFIX, fmt.DELETED_SUFFIX, ".tmp")
 
 __all__ = [
-    "CLEAN_ARGS", "CLEAN_SETTINGS", "NOW_MS", "PARTITIONS", "TOPIC", "Snapshot",
+    "CLEAN_ARGS", "CLEAN_SETTINGS", "COMPACT_SETTINGS", "NOW_MS", "PARTITION_NAMES", "PARTITIONS", "TOPIC", "Snapshot",
     "build_scenario", "check_after_crash", "copy_tree", "snapshot", "temp_files",
 ]
 

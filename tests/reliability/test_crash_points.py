@@ -27,6 +27,7 @@ from .scenario import (
     CLEAN_ARGS,
     CLEAN_SETTINGS,
     NOW_MS,
+    PARTITION_NAMES,
     PARTITIONS,
     TOPIC,
     build_scenario,
@@ -73,7 +74,7 @@ def world(tmp_path_factory):
     trace = root / "trace"
     assert harness.run(reference, trace=trace) == {"exit_code": 0, "signal": None}
     steps = [tuple(line.split()) for line in trace.read_text().splitlines()]
-    parts = [f"{TOPIC}-{p}" for p in range(PARTITIONS)]
+    parts = PARTITION_NAMES
     old = {p: snapshot(template / p) for p in parts}
     new = {p: snapshot(reference / p) for p in parts}
     inputs = {p: committed_records(template / p) for p in parts}

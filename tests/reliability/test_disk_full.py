@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from cleaner.oneshot import clean_partition
-from cleaner.settings import Settings
 from segments import faults
 
 from ..cleaner.builders import file_digests
@@ -25,8 +24,9 @@ from ..integration.daemon_helpers import DaemonProcess, FileClock, free_port, wa
 from .scenario import (
     CLEAN_ARGS,
     CLEAN_SETTINGS,
+    COMPACT_SETTINGS,
     NOW_MS,
-    PARTITIONS,
+    PARTITION_NAMES,
     TOPIC,
     build_scenario,
     check_after_crash,
@@ -36,8 +36,8 @@ from .scenario import (
     temp_files,
 )
 
-PARTS = [f"{TOPIC}-{p}" for p in range(PARTITIONS)]
-SETTINGS = Settings.from_mappings({**CLEAN_SETTINGS, "cleanup.policy": "compact"})
+PARTS = PARTITION_NAMES
+SETTINGS = COMPACT_SETTINGS
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,13 @@ from pathlib import Path
 import pytest
 
 from cleaner.oneshot import clean_partition
-from cleaner.settings import Settings
 from segments import faults
 
 from .powerloss import PowerLossFileOps, SimulatedPowerLoss
 from .scenario import (
-    CLEAN_SETTINGS,
+    COMPACT_SETTINGS,
     NOW_MS,
-    PARTITIONS,
-    TOPIC,
+    PARTITION_NAMES,
     build_scenario,
     check_after_crash,
     committed_records,
@@ -34,8 +32,8 @@ from .scenario import (
 
 pytestmark = pytest.mark.slow
 
-PARTS = [f"{TOPIC}-{p}" for p in range(PARTITIONS)]
-SETTINGS = Settings.from_mappings({**CLEAN_SETTINGS, "cleanup.policy": "compact"})
+PARTS = PARTITION_NAMES
+SETTINGS = COMPACT_SETTINGS
 
 
 def clean_all(log_dir: Path, ops: PowerLossFileOps) -> None:
