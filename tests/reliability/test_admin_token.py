@@ -53,7 +53,11 @@ class Env:
         daemon = DaemonProcess(self.config, self.port, self.tmp_path / f"daemon-{len(self.daemons)}.log",
                                admin_token=token)
         self.daemons.append(daemon)
-        return daemon.start()
+        daemon.start()
+        # the first retention pass holds the partition for a moment; the tests start from a resting state
+        wait_until(lambda: daemon.partition("ops-0")["state"] != "in_progress", timeout_s=TIMEOUT_S,
+                   what="the first retention pass over")
+        return daemon
 
     def close(self) -> None:
         for daemon in self.daemons:
