@@ -143,6 +143,9 @@ def status(url: str | None, config_path: Path | None, as_json: bool) -> None:
         last = p["last_round"]
         note = p["uncleanable_reason"] and f"UNCLEANABLE: {p['uncleanable_reason']}" or (
             last and f"{last['records_read']} -> {last['records_written']} records in {last['elapsed_s']:.2f} s" or "")
+        if p.get("retention_segments_deleted"):
+            note = "; ".join(filter(None, [note, f"retention deleted {p['retention_segments_deleted']} segment(s), "
+                                                 f"log start {p['log_start_offset']}"]))
         click.echo(f"{p['partition']:<32} {p['state']:<12} {p['dirty_ratio']:>7.3f} "
                    f"{p['cleanable_bytes'] / 1e6:>13.2f} {p['rounds']:>6}  {note}")
     for entry in body.get("ignored", []):
@@ -244,10 +247,12 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--once", is_flag=True, help="Run a single round even if the offset map fills before the end.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition.")
 def clean(paths, config_path, server_properties, set_values, now_ms, from_offset, to_offset, dry_run, once, as_json) -> None:
-    """Compact partition directories, or every partition of log directories, until their dirty range is done.
+    """Clean partition directories, or every partition of log directories, by their cleanup.policy.
 
-    Topics are treated as compacted unless a config gives them another cleanup.policy. Exit 1 if any
-    partition failed (the others are still cleaned).
+    Topics are treated as compacted unless a config or --set gives them another cleanup.policy: compact
+    cleans until the dirty range is done; delete removes inactive segments past retention.ms /
+    retention.bytes and advances the log start offset; compact,delete does both (expired segments first,
+    the size limit after compacting). Exit 1 if any partition failed (the others are still cleaned).
     """
     import time
 
@@ -315,13 +320,20 @@ def _describe(s: dict) -> str:
     if s["status"] == "failed" and not s.get("rounds"):
         return f"{name}: FAILED: {s['error']}"
     mb = 1024 * 1024
-    verb = "would clean" if s.get("dry_run") else "cleaned"
-    line = (
-        f"{name}: {verb} [{s.get('first_dirty')}, {s.get('end_offset')}) in {s['rounds']} round(s): "
-        f"{s.get('records_read', 0)} -> {s.get('records_written', 0)} records, "
-        f"{s.get('size_before_bytes', 0) / mb:.2f} MB -> {s.get('size_after_bytes', 0) / mb:.2f} MB, "
-        f"{s.get('invalid_records', 0)} unkeyed dropped, {s.get('elapsed_s', 0):.2f} s"
-    )
+    parts = []
+    if s.get("segments_deleted"):
+        verb = "would delete" if s["retention_dry_run"] else "deleted"
+        parts.append(f"{verb} {s['segments_deleted']} segment(s), {s['bytes_deleted'] / mb:.2f} MB "
+                     f"({', '.join(s['retention_reasons'])}), log start {s['log_start_offset']}")
+    if s["rounds"]:
+        verb = "would clean" if s.get("dry_run") else "cleaned"
+        parts.append(
+            f"{verb} [{s.get('first_dirty')}, {s.get('end_offset')}) in {s['rounds']} round(s): "
+            f"{s.get('records_read', 0)} -> {s.get('records_written', 0)} records, "
+            f"{s.get('size_before_bytes', 0) / mb:.2f} MB -> {s.get('size_after_bytes', 0) / mb:.2f} MB, "
+            f"{s.get('invalid_records', 0)} unkeyed dropped, {s.get('elapsed_s', 0):.2f} s"
+        )
+    line = f"{name}: " + ("; ".join(parts) or "nothing to do")
     if s["status"] == "failed":
         line += f"; FAILED: {s['error']}"
     return line

@@ -27,20 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from segments import format as fmt
+from segments import pathcheck
 from segments.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
 )
-from segments import pathcheck
 from segments.errors import SegmentError
 from segments.log import parse_partition_dir_name, update_log_dir_checkpoint
 from segments.recovery import parse_segment_file_name
 from segments.segment import LogSegment, peek_header
 
-from .oneshot import NEVER_CLEANED_TOPICS
 from . import survivorship
+from .oneshot import NEVER_CLEANED_TOPICS
+from .retention import RetentionResult
 from .round import RoundResult
 from .settings import Settings, TopicSettings
 
@@ -108,6 +109,11 @@ class PartitionStatus:
     last_result: RoundResult | None = None
     last_error: str | None = None
     rounds: int = 0
+    cleanup_policy: tuple[str, ...] = ()  # filled in by `snapshot()` from the current settings
+    log_start_offset: int | None = None  # after the last retention that deleted segments
+    retention_segments_deleted: int = 0  # by this daemon since it started
+    retention_bytes_deleted: int = 0
+    last_retention: RetentionResult | None = None
 
     def as_dict(self) -> dict:
         out = {
@@ -128,6 +134,11 @@ class PartitionStatus:
             "last_error": self.last_error,
             "disk_full_failures": self.disk_full_failures,
             "survivorship": self.survivorship,
+            "cleanup_policy": ",".join(self.cleanup_policy),
+            "log_start_offset": self.log_start_offset,
+            "retention_segments_deleted": self.retention_segments_deleted,
+            "retention_bytes_deleted": self.retention_bytes_deleted,
+            "last_retention": None if self.last_retention is None else self.last_retention.as_dict(),
             "last_round": None if self.last_result is None else self.last_result.as_dict(),
         }
         return out
@@ -519,10 +530,16 @@ class CleanerManager:
         self._lock.notify_all()
 
     def begin_maintenance(self, directory: Path) -> bool:
-        """Reserve an idle partition for retention work (no cleaning meanwhile); False if not idle."""
+        """Reserve an idle partition for retention work (no cleaning meanwhile); False if not idle.
+
+        A paused partition, one on an offline log dir, and one marked uncleanable whose retry is not due
+        are passed over: retention changes the log as cleaning does.
+        """
         with self._lock:
             status = self.partitions.get(directory)
             if status is None or status.state != PartitionState.IDLE or status.log_dir in self.offline_log_dirs:
+                return False
+            if status.uncleanable_reason is not None and not self._retry_due(status, self.clock_ms()):
                 return False
             status.state = PartitionState.IN_PROGRESS
             return True
@@ -532,6 +549,17 @@ class CleanerManager:
             status = self.partitions.get(directory)
             if status is not None:
                 self._finish(status)
+
+    def retained(self, directory: Path, result: RetentionResult) -> None:
+        """Retention deleted segments of a partition (a retention pass, or after a `compact,delete` round)."""
+        with self._lock:
+            status = self.partitions.get(directory)
+            if status is None:
+                return
+            status.last_retention = result
+            status.log_start_offset = result.log_start_offset
+            status.retention_segments_deleted += result.segments_deleted
+            status.retention_bytes_deleted += result.bytes_deleted
 
     # ---- pause / resume / abort / trigger ------------------------------------------------------------------
 
@@ -596,8 +624,11 @@ class CleanerManager:
 
     def snapshot(self) -> list[PartitionStatus]:
         with self._lock:
-            return [PartitionStatus(**{f: getattr(s, f) for f in PartitionStatus.__dataclass_fields__})
-                    for s in self.partitions.values()]
+            out = [PartitionStatus(**{f: getattr(s, f) for f in PartitionStatus.__dataclass_fields__})
+                   for s in self.partitions.values()]
+            for status in out:
+                status.cleanup_policy = self.settings.topic(status.topic).cleanup_policy
+            return out
 
     def ignored_entries(self) -> list[dict[str, str]]:
         """The log dir entries discovery passed over with a warning, printable (for `/status`)."""

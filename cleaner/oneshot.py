@@ -2,8 +2,10 @@
 
 Owns finding the partitions under the paths a user gives (a partition directory or a log directory of
 them, never KRaft's `__cluster_metadata-0` nor `-delete`/`-future`/`-stray` directories), and cleaning each
-one in rounds until its dirty section is done (a full offset map means several rounds), regardless of
-`min.cleanable.dirty.ratio`. A failing partition does not stop the others; its outcome says why.
+one by its `cleanup.policy`: retention (`cleaner.retention`) of expired segments and segments below the
+log start first, then — compacted topics — rounds until the dirty section is done (a full offset map means
+several rounds) regardless of `min.cleanable.dirty.ratio`, then `retention.bytes` on the compacted log. A
+failing partition does not stop the others; its outcome says why.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from segments.pathcheck import describe_os_error, display_path, find_partition_d
 from segments.readahead import WindowRing
 
 from . import survivorship
+from .retention import RetentionResult, apply_retention
 from .round import RoundResult, clean_round
 from .settings import Settings
 from .survey import WINDOW_BYTES
@@ -40,6 +43,7 @@ class PartitionOutcome:
 
     directory: str
     rounds: list[RoundResult] = field(default_factory=list)
+    retention: list[RetentionResult] = field(default_factory=list)  # before and after the rounds
     error: str | None = None
     skipped: str | None = None
 
@@ -56,6 +60,14 @@ class PartitionOutcome:
         if self.error:
             out["error"] = self.error
         out["rounds"] = len(self.rounds)
+        if self.retention:
+            out.update(
+                segments_deleted=sum(r.segments_deleted for r in self.retention),
+                bytes_deleted=sum(r.bytes_deleted for r in self.retention),
+                log_start_offset=self.retention[-1].log_start_offset,
+                retention_reasons=sorted({r.reason for r in self.retention}),
+                retention_dry_run=self.retention[-1].dry_run,
+            )
         if self.rounds:
             first, last = self.rounds[0], self.rounds[-1]
             out.update(
@@ -111,10 +123,7 @@ def clean_partition(
         outcome.skipped = "KRaft metadata log: never cleaned"
         return outcome
     topic = settings.topic(topic_name)
-    if not topic.compact:
-        outcome.skipped = f"cleanup.policy is {','.join(topic.cleanup_policy)}: nothing to compact"
-        return outcome
-    if offset_map is None:
+    if offset_map is None and topic.compact:
         broker = settings.broker
         memory = per_thread_memory_bytes(broker["log.cleaner.dedupe.buffer.size"], broker["log.cleaner.threads"])
         offset_map = OffsetMap(memory, broker["log.cleaner.io.buffer.load.factor"])
@@ -122,8 +131,13 @@ def clean_partition(
     ring = WindowRing(WINDOW_BYTES)  # the rounds of a partition reuse one set of read buffers
     try:
         with PartitionLog.open(directory, mode="cleaner", config=config, file_ops=file_ops) as plog:
+            # Expired segments go before cleaning (no point compacting them); retention.bytes is applied
+            # after it, so it measures the compacted log. A dry run reports every rule on the log as it is.
+            deleted = apply_retention(plog, topic, now_ms, by_size=dry_run, dry_run=dry_run)
+            if deleted is not None:
+                outcome.retention.append(deleted)
             start = forced_from
-            for _ in range(ROUNDS_MAX):
+            for _ in range(ROUNDS_MAX if topic.compact else 0):
                 result = clean_round(
                     plog,
                     topic,
@@ -141,6 +155,8 @@ def clean_partition(
                 if result.done or once or dry_run or result.end_offset <= result.first_dirty:
                     break
                 start = result.end_offset
+            if not dry_run and (deleted := apply_retention(plog, topic, now_ms)) is not None:
+                outcome.retention.append(deleted)
     except (SegmentError, OSError) as exc:
         outcome.error = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
         log.error("cleaning failed dir=%s error=%s", display_path(directory), outcome.error)

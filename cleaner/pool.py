@@ -2,9 +2,10 @@
 
 Owns `log.cleaner.threads` threads, each with its own offset map, looping: ask the manager for the
 filthiest log, open it in cleaner mode, run one round under the shared per-device I/O throttle, report the
-outcome. Between rounds, a thread with nothing to clean does the idle-log maintenance (`cleaner.idle`) and, once
-per `log.retention.check.interval.ms`, the retention of compacted logs (`cleaner.retention`), then waits
-`log.cleaner.backoff.ms`. Outcomes:
+outcome. Before each selection, once per `log.retention.check.interval.ms` across the threads, a thread runs
+the retention pass over every log (`cleaner.retention`: the `delete` policy, and segments below the log
+start); a `compact,delete` log also gets it right after each of its rounds, as in Kafka. A thread with nothing
+to clean does the idle-log maintenance (`cleaner.idle`) and waits `log.cleaner.backoff.ms`. Outcomes:
 
 * success → the manager records it (the round wrote the checkpoint);
 * an abort (shutdown, pause) at a window boundary → the round removed its `.cleaned` files; nothing else;
@@ -145,6 +146,11 @@ class CleanerPool:
                 offset_map = OffsetMap(memory, broker["log.cleaner.io.buffer.load.factor"])
                 map_memory = memory
             try:
+                # due or not, whatever there is to clean: a busy cleaner must not starve the delete policy
+                self._retention_if_due(broker["log.retention.check.interval.ms"])
+            except Exception:  # noqa: BLE001 - a failed pass must not kill the thread; the next one retries
+                log.exception("retention pass failed")
+            try:
                 candidate = self.manager.grab_filthiest(busy_devices=self.busy_devices())
             except Exception:  # noqa: BLE001 - a failed selection must not kill the thread (KAFKA-8725)
                 log.exception("selecting a log to clean failed")
@@ -152,7 +158,6 @@ class CleanerPool:
             if candidate is None:
                 try:
                     maintain_idle_logs(self.manager, self.clock_ms())
-                    self._retention_if_due(broker["log.retention.check.interval.ms"])
                 except Exception:  # noqa: BLE001 - maintenance is best effort
                     log.exception("idle-log maintenance failed")
                 self._stopping.wait(broker["log.cleaner.backoff.ms"] / 1000.0)
@@ -160,7 +165,8 @@ class CleanerPool:
             self._clean(index, candidate, offset_map, ring)
 
     def _retention_if_due(self, interval_ms: int) -> None:
-        """Retention of compacted logs (`compact,delete`, segments below log start), once per interval."""
+        """The retention pass over every log (`delete`, `compact,delete`, and compacted logs' segments below
+        the log start offset), at most once per `log.retention.check.interval.ms` across the threads."""
         now = self.clock_ms()
         with self._lock:
             if now < self._next_retention_ms:
@@ -169,14 +175,13 @@ class CleanerPool:
         for status in self.manager.snapshot():
             if self._stopping.is_set():
                 return
-            topic = self.manager.topic_settings(status.topic)
-            if not topic.compact or not self.manager.begin_maintenance(status.directory):
-                continue
+            if not self.manager.begin_maintenance(status.directory):
+                continue  # being cleaned (a compact,delete round applies retention itself), paused, offline
             try:
-                with PartitionLog.open(status.directory, mode="cleaner", lock_timeout_s=_LOCK_WAIT_S) as plog:
-                    result = apply_retention(plog, topic, now)
-                if result is not None:
-                    self.metrics.record_retention(result.segments_deleted, result.bytes_deleted)
+                topic = self.manager.topic_settings(status.topic)
+                with PartitionLog.open(status.directory, mode="cleaner", config=topic.log_config(),
+                                       lock_timeout_s=_LOCK_WAIT_S) as plog:
+                    self._apply_retention(status.directory, plog, topic, now)
             except LockTimeoutError:
                 pass  # another process is cleaning it; next time
             except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
@@ -184,6 +189,12 @@ class CleanerPool:
                 self.manager.mark_uncleanable(status.directory, f"retention: {type(exc).__name__}: {exc}")
             finally:
                 self.manager.end_maintenance(status.directory)
+
+    def _apply_retention(self, directory: Path, plog: PartitionLog, topic, now_ms: int) -> None:
+        result = apply_retention(plog, topic, now_ms)
+        if result is not None:
+            self.metrics.record_retention(result.segments_deleted, result.bytes_deleted)
+            self.manager.retained(directory, result)
 
     def _clean(self, index: int, candidate: Candidate, offset_map: OffsetMap, ring: WindowRing) -> None:
         directory = candidate.directory
@@ -216,6 +227,12 @@ class CleanerPool:
                     on_bytes=on_bytes,
                     ring=ring,
                 )
+                if "delete" in topic.cleanup_policy and not result.dry_run:
+                    # Kafka's cleaner thread, too, deletes a compact,delete log's old segments after cleaning it
+                    try:
+                        self._apply_retention(directory, plog, topic, self.clock_ms())
+                    except Exception:  # noqa: BLE001 - the round itself succeeded; the next pass retries
+                        log.exception("retention after cleaning failed dir=%s", directory)
             survivorship.record_round(directory, result, self.manager.settings.broker["log.cleaner.survivorship.alpha"])
             self.manager.done_cleaning(directory, result, result.next_delete_horizon_ms)
             self.metrics.record_round(index, result)

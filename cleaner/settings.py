@@ -131,7 +131,10 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _s("message.max.bytes", "int", 1_048_588, 0, _INT_MAX, doc="largest batch; floor of buffer growth"),
         _s("producer.id.expiration.ms", "int", 86_400_000, 1, _INT_MAX,
            doc="idle producers expire; their last batch no longer needs keeping"),
-        _s("log.retention.check.interval.ms", "int", 300_000, 1, _LONG_MAX),
+        _s("log.retention.check.interval.ms", "int", 300_000, 1, _LONG_MAX,
+           doc="how often retention (delete policy) runs; log.cleanup.interval.mins is accepted as an alias"),
+        _s("log.cleanup.interval.mins", "int", None, 1, _INT_MAX // 60_000,
+           doc="Kafka's old name: log.retention.check.interval.ms in minutes (that setting wins if both are set)"),
         # broker-level defaults of topic settings (synonyms)
         _s("log.cleanup.policy", "list", ("delete",), choices=("delete", "compact")),
         _s("log.cleaner.min.cleanable.ratio", "float", 0.5, 0.0, 1.0),
@@ -143,7 +146,10 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _s("log.index.interval.bytes", "int", 4096, 0, _INT_MAX),
         _s("log.segment.delete.delay.ms", "int", 60_000, 0, _LONG_MAX),
         _s("log.roll.ms", "int", 7 * 24 * 3600 * 1000, 1, _LONG_MAX),
-        _s("log.retention.ms", "int", 7 * 24 * 3600 * 1000, -1, _LONG_MAX),
+        _s("log.retention.ms", "int", 7 * 24 * 3600 * 1000, -1, _LONG_MAX,
+           doc="-1: no time limit; when unset, log.retention.minutes, else log.retention.hours gives it"),
+        _s("log.retention.minutes", "int", None, -1, _INT_MAX),
+        _s("log.retention.hours", "int", 168, -1, _INT_MAX),
         _s("log.retention.bytes", "int", -1, -1, _LONG_MAX),
         _s("log.preallocate", "bool", False),
         # logcleaner's own (not Kafka's): generational cleaning (cleaner/generations.py)
@@ -183,6 +189,23 @@ TOPIC_SETTINGS: dict[str, tuple[Setting, str | None]] = {
         (_s("cleaner.generation.ratio", "float", 4.0, 1.0, 1e6), "log.cleaner.generation.ratio"),
     ]
 }
+
+
+def _derive_broker_values(broker: dict[str, Any], explicit: frozenset[str]) -> None:
+    """Fill in the broker values Kafka derives from other names, in Kafka's order of precedence.
+
+    `log.retention.ms`, else `log.retention.minutes`, else `log.retention.hours` (a negative value of
+    whichever decides means no time limit); `log.retention.check.interval.ms`, else its old name
+    `log.cleanup.interval.mins`.
+    """
+    if "log.retention.ms" not in explicit:
+        if "log.retention.minutes" in explicit:
+            ms = broker["log.retention.minutes"] * 60_000
+        else:
+            ms = broker["log.retention.hours"] * 3_600_000
+        broker["log.retention.ms"] = ms if ms >= 0 else -1
+    if "log.retention.check.interval.ms" not in explicit and "log.cleanup.interval.mins" in explicit:
+        broker["log.retention.check.interval.ms"] = broker["log.cleanup.interval.mins"] * 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +255,7 @@ class Settings:
     broker: Mapping[str, Any] = field(default_factory=dict)
     topics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     topic_defaults: Mapping[str, Any] = field(default_factory=dict)
+    explicit: frozenset[str] = frozenset()  # the broker names given a value (the rest are defaults or derived)
 
     @classmethod
     def from_mappings(
@@ -249,6 +273,8 @@ class Settings:
                 topic_defaults[key] = TOPIC_SETTINGS[key][0].parse(raw)
             else:
                 raise SettingError(key, raw, "unknown setting (expected a Kafka broker or topic setting name)")
+        explicit = frozenset(k for k in (values or {}) if k in BROKER_SETTINGS)
+        _derive_broker_values(broker, explicit)
         parsed_topics: dict[str, dict[str, Any]] = {}
         for topic, overrides in (topics or {}).items():
             parsed_topics[topic] = {}
@@ -256,13 +282,13 @@ class Settings:
                 if key not in TOPIC_SETTINGS:
                     raise SettingError(key, raw, f"unknown topic setting in [topics.{topic}]")
                 parsed_topics[topic][key] = TOPIC_SETTINGS[key][0].parse(raw)
-        settings = cls(broker, parsed_topics, topic_defaults)
+        settings = cls(broker, parsed_topics, topic_defaults, explicit)
         settings._check_relations()
         return settings
 
     def with_overrides(self, values: Mapping[str, object]) -> "Settings":
         """A copy with more flat values applied on top (as `--set` does over a config file)."""
-        flat: dict[str, object] = {k: v for k, v in self.broker.items()}
+        flat: dict[str, object] = {k: v for k, v in self.broker.items() if k in self.explicit}
         flat.update(self.topic_defaults)
         flat.update(values)
         return Settings.from_mappings(flat, self.topics)

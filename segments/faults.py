@@ -44,6 +44,8 @@ POINTS: dict[str, str] = {
     "swap.old_deleted": "one old segment's `.deleted` files removed",
     "checkpoint.before_write": "every group swapped; the cleaner checkpoint not yet written",
     "checkpoint.after_write": "the cleaner checkpoint written and its directory fsynced",
+    "retention.renamed_to_deleted": "retention renamed one expired segment's files → `.deleted`",
+    "retention.checkpoint_written": "retention recorded the new log start offset; `.deleted` files not yet removed",
     "fileops.pwrite": "before a data or index write (the point for `enospc` / `eio`)",
     "fileops.fsync": "a file was fsynced",
     "fileops.fsync_dir": "a directory was fsynced",

@@ -778,8 +778,10 @@ class PartitionLog:
                 new_start = max(self._segments[count].base_offset, self._log_start_offset)
                 for segment in doomed:
                     segment.change_suffix(fmt.DELETED_SUFFIX)
+                    faults.hit("retention.renamed_to_deleted")
                 self.file_ops.fsync_dir(self.directory)
                 self.write_log_dir_checkpoint(LOG_START_OFFSET_CHECKPOINT, new_start)
+                faults.hit("retention.checkpoint_written")
                 for segment in doomed:
                     segment.delete_files()
                     self.file_ops.remove(self.directory / fmt.offset_file_name(segment.base_offset, fmt.SNAPSHOT_SUFFIX))

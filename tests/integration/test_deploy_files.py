@@ -85,7 +85,7 @@ def test_example_config_loads_and_shows_every_setting():
     # every shown default is the real default
     for name, setting in BROKER_SETTINGS.items():
         value = loaded.settings.broker[name]
-        if name != "log.dirs":
+        if name != "log.dirs" and setting.default is not None:  # None: an alias or a name that is unset by default
             assert value == setting.default or (isinstance(value, tuple) and value == setting.default), name
 
 

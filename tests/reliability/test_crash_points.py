@@ -22,7 +22,12 @@ import pytest
 
 from segments import faults
 
+from segments.checkpoint import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
+from segments.errors import OffsetOutOfRangeError
+from segments.log import LogConfig, PartitionLog
+
 from ..integration.daemon_helpers import DaemonProcess, FileClock, free_port, wait_until, write_config
+from ..segments.helpers import keyed_batch, read_all
 from .scenario import (
     CLEAN_ARGS,
     CLEAN_SETTINGS,
@@ -47,9 +52,9 @@ pytestmark = pytest.mark.slow
 class Harness:
     """The fork server of `crash_harness.py`, one per test module."""
 
-    def __init__(self, warmup: Path) -> None:
+    def __init__(self, warmup: Path, clean_args: list[str] = CLEAN_ARGS) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(HARNESS), str(warmup), *CLEAN_ARGS],
+            [sys.executable, str(HARNESS), str(warmup), *clean_args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
         )
         assert json.loads(self.proc.stdout.readline()) == {"ready": True}
@@ -84,9 +89,13 @@ def world(tmp_path_factory):
     harness.close()
 
 
+RETENTION_POINTS = {p for p in faults.POINTS if p.startswith("retention.")}  # the retention world's
+
+
 def test_the_unarmed_run_passes_every_named_point_of_a_multi_group_round(world):
     names = {point for point, _ in world["steps"]}
-    assert names == set(faults.POINTS), f"points never reached: {set(faults.POINTS) - names}"
+    wanted = set(faults.POINTS) - RETENTION_POINTS
+    assert names == wanted, f"points never reached: {wanted - names}"
     counts = {point: max(int(n) for p, n in world["steps"] if p == point) for point in names}
     assert counts["swap.renamed_live"] >= 2 * PARTITIONS, "the scenario must swap several groups per partition"
     assert counts["round.after_index"] == PARTITIONS
@@ -166,3 +175,80 @@ def test_daemon_killed_at_a_fault_point_recovers_and_finishes_after_a_restart(wo
         verify = subprocess.run([str(Path(sys.executable).with_name("logcleaner")), "verify", str(log_dir / p)],
                                 capture_output=True, text=True, timeout=60)
         assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+# ---- retention: the delete policy's deletion of expired segments ---------------------------------------------
+
+RETENTION_MS = 10_000
+RETENTION_SEGMENTS = 8
+RETENTION_NOW_MS = NOW_MS
+RETENTION_ARGS = ["--now-ms", str(RETENTION_NOW_MS), "--set", "cleanup.policy=delete",
+                  "--set", f"retention.ms={RETENTION_MS}"]
+
+
+def _build_retention_log(directory: Path) -> None:
+    """Eight segments of 4 records; segment i's newest record is (8 - i) × 2 s + 1 ms older than the clock's
+    expiry point, so that the first five are expired (more than retention.ms old) and the rest are not."""
+    with PartitionLog.open(directory, mode="writer", create=True, config=LogConfig()) as log:
+        for i in range(RETENTION_SEGMENTS):
+            newest = RETENTION_NOW_MS - RETENTION_MS + (i - 5) * 2_000 + 1
+            log.append_batches(keyed_batch([(b"k%d" % j, b"v%d-%d" % (i, j)) for j in range(4)],
+                                           timestamp_ms=newest - 3))
+            log.roll()
+
+
+@pytest.fixture(scope="module")
+def retention_world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("retention-crash")
+    template = root / "template"
+    _build_retention_log(template / "r-0")
+    _build_retention_log(root / "warmup" / "r-0")
+    harness = Harness(root / "warmup", RETENTION_ARGS)
+    reference = copy_tree(template, root / "reference")
+    trace = root / "trace"
+    assert harness.run(reference, trace=trace) == {"exit_code": 0, "signal": None}
+    with PartitionLog.open(template / "r-0", mode="reader") as log:
+        old_bases = [s.base_offset for s in log.segments]
+    yield {"template": template, "harness": harness, "old_bases": old_bases, "records": read_all(template / "r-0"),
+           "steps": [tuple(line.split()) for line in trace.read_text().splitlines()], "reference": reference}
+    harness.close()
+
+
+def test_the_uncrashed_retention_run_deletes_the_expired_segments_and_passes_its_points(retention_world):
+    names = {point for point, _ in retention_world["steps"]}
+    assert RETENTION_POINTS <= names
+    old_bases = retention_world["old_bases"]
+    with PartitionLog.open(retention_world["reference"] / "r-0", mode="reader") as log:
+        assert [s.base_offset for s in log.segments] == old_bases[5:]
+        assert log.log_start_offset == old_bases[5]
+        with pytest.raises(OffsetOutOfRangeError):
+            log.read(old_bases[0])
+    assert read_offset_checkpoint(retention_world["reference"] / LOG_START_OFFSET_CHECKPOINT) == {("r", 0): old_bases[5]}
+
+
+def test_sigkill_at_every_retention_step_leaves_a_consistent_prefix_deleted_and_a_rerun_finishes(
+    retention_world, tmp_path
+):
+    old_bases, records = retention_world["old_bases"], retention_world["records"]
+    steps = retention_world["steps"]
+    assert len(steps) >= 10
+    for i, (point, n) in enumerate(steps):
+        log_dir = copy_tree(retention_world["template"], tmp_path / f"case-{i}")
+        answer = retention_world["harness"].run(log_dir, fault=f"{point}@{n}")
+        assert answer == {"exit_code": None, "signal": signal.SIGKILL}, f"{point}@{n}: {answer}"
+        with PartitionLog.open(log_dir / "r-0", mode="cleaner") as log:  # reopening recovers
+            bases = [s.base_offset for s in log.segments]
+            start = log.log_start_offset
+        assert temp_files(log_dir) == [], f"{point}@{n}: temporary files after reopen"
+        # Expired segments go oldest first: whatever the crash left, a prefix of them is gone, no more.
+        assert bases in [old_bases[j:] for j in range(6)], f"{point}@{n}: bases {bases}"
+        assert start == bases[0], f"{point}@{n}: log start {start} is not the first segment's base {bases[0]}"
+        assert read_all(log_dir / "r-0") == [r for r in records if r[0] >= start], f"{point}@{n}"
+        assert retention_world["harness"].run(log_dir) == {"exit_code": 0, "signal": None}
+        with PartitionLog.open(log_dir / "r-0", mode="reader") as log:
+            assert [s.base_offset for s in log.segments] == old_bases[5:], f"{point}@{n}: the rerun"
+            assert log.log_start_offset == old_bases[5]
+        # (a crash after the renames but before the checkpoint leaves no entry: the first segment's base is the
+        # log start then, the same offset)
+        recorded = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT).get(("r", 0))
+        assert recorded in (None, old_bases[5]), f"{point}@{n}: log start checkpoint {recorded}"
