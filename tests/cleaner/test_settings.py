@@ -280,3 +280,30 @@ def test_an_invalid_value_in_server_properties_is_reported_against_server_proper
 def test_a_missing_server_properties_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigFileError, match="cannot read"):
         load_config(server_properties=tmp_path / "absent.properties")
+
+
+def test_retention_time_follows_kafkas_precedence_ms_then_minutes_then_hours():
+    def retention_ms(**values):
+        return Settings.from_mappings(values).topic("t").retention_ms
+
+    assert retention_ms() == 168 * 3_600_000  # log.retention.hours' default
+    assert retention_ms(**{"log.retention.hours": 2}) == 7_200_000
+    assert retention_ms(**{"log.retention.hours": 2, "log.retention.minutes": 3}) == 180_000
+    assert retention_ms(**{"log.retention.hours": 2, "log.retention.minutes": 3, "log.retention.ms": 5}) == 5
+    assert retention_ms(**{"log.retention.hours": -1}) == -1  # no time limit
+    assert retention_ms(**{"log.retention.minutes": -1, "log.retention.hours": 1}) == -1
+    assert retention_ms(**{"log.retention.ms": 9, "retention.ms": 11}) == 11  # a topic value beats the broker's
+    base = Settings.from_mappings({"log.retention.hours": 2})
+    assert base.with_overrides({"log.retention.minutes": 1}).topic("t").retention_ms == 60_000
+    with pytest.raises(SettingError, match="log.retention.hours"):
+        Settings.from_mappings({"log.retention.hours": -2})
+
+
+def test_log_cleanup_interval_mins_is_an_alias_of_the_retention_check_interval():
+    broker = Settings.from_mappings({"log.cleanup.interval.mins": 3}).broker
+    assert broker["log.retention.check.interval.ms"] == 180_000
+    both = Settings.from_mappings({"log.cleanup.interval.mins": 3, "log.retention.check.interval.ms": 1000}).broker
+    assert both["log.retention.check.interval.ms"] == 1000  # the current name wins
+    assert Settings.from_mappings({}).broker["log.retention.check.interval.ms"] == 300_000
+    with pytest.raises(SettingError, match="log.cleanup.interval.mins"):
+        Settings.from_mappings({"log.cleanup.interval.mins": 0})

@@ -27,6 +27,8 @@ from click.testing import CliRunner
 from cleaner import metrics as metrics_module
 from cleaner.cli import main as cli_main
 from segments import format as fmt
+from segments.checkpoint import read_offset_checkpoint
+from segments.errors import OffsetOutOfRangeError
 from segments.generate import WorkloadSpec, generate_partition
 from segments.locks import CLEANER_LOCK, PartitionLock
 from segments.log import _CHECKPOINT_LOCK as CHECKPOINT_LOCK  # the log dir's lock around checkpoint updates
@@ -289,6 +291,59 @@ def test_min_compaction_lag_ms_keeps_segments_newer_than_the_lag_dirty_until_the
     clock.set(T0 + SMALL["records"] * 1000 + HOUR_MS)  # now every segment is older than the lag
     wait_until(lambda: env.checkpoint("lagged-0") == end, timeout_s=ROUND_TIMEOUT_S, what="lagged-0 cleaned to its end")
     assert_compacted_to(directory, latest_by_key(before))
+
+
+def test_delete_policy_runs_every_check_interval_on_the_daemon_clock_for_delete_and_compact_delete_topics(env):
+    spec = dict(timestamp_step_ms=1000)  # the record at offset o has timestamp T0 + o s
+    events = env.generate("events-0", **spec)  # cleanup.policy delete
+    both = env.generate("both-0", seed=3, **spec)  # compact,delete
+    kept = env.generate("kept-0", seed=5, **spec)  # compact: retention never touches it
+    old_bases = segment_bases(events)
+    newest = dict(segment_max_timestamps(events))
+    events_records, kept_latest = records_of(events), latest_by_key(records_of(kept))
+    env.configure(settings={"log.cleanup.interval.mins": 1},  # Kafka's old name of the check interval
+                  topics={"events": {"cleanup.policy": "delete", "retention.ms": HOUR_MS},
+                          "both": {"cleanup.policy": "compact,delete", "retention.ms": HOUR_MS}})
+    clock = env.use_clock(T0 + SMALL["records"] * 1000)  # just after the last record: nothing has expired
+    daemon = env.start()
+
+    for name in ("both-0", "kept-0"):
+        wait_until(lambda: env.fully_cleaned(name), timeout_s=ROUND_TIMEOUT_S, what=f"{name} compacted")
+    assert segment_bases(events) == old_bases and records_of(events) == events_records  # never compacted
+
+    # Segment 2's newest record is exactly retention.ms old: it stays; segments 0 and 1 are older and go.
+    clock.set(newest[old_bases[2]] + HOUR_MS)
+    wait_until(lambda: segment_bases(events) == old_bases[2:], timeout_s=ROUND_TIMEOUT_S,
+               what="events-0's segments 0 and 1 deleted")
+    status = daemon.partition("events-0")
+    assert (status["cleanup_policy"], status["log_start_offset"], status["retention_segments_deleted"]) == (
+        "delete", old_bases[2], 2)
+    assert status["rounds"] == 0 and status["last_retention"]["reason"] == "retention.ms"
+    with PartitionLog.open(events, mode="reader") as reader:
+        assert reader.log_start_offset == old_bases[2]
+        with pytest.raises(OffsetOutOfRangeError):
+            reader.read(old_bases[0])
+    assert records_of(events) == [r for r in events_records if r[0] >= old_bases[2]]
+
+    # One check interval later (the daemon's clock), segment 2 is older than retention.ms by a minute.
+    clock.set(newest[old_bases[2]] + HOUR_MS + 60_000)
+    wait_until(lambda: segment_bases(events) == old_bases[3:], timeout_s=ROUND_TIMEOUT_S,
+               what="events-0's segment 2 deleted at the next check")
+
+    # Much later everything but the active segments has expired: the delete and compact,delete logs keep
+    # only their active segment, the compacted-only one keeps every key.
+    clock.set(T0 + SMALL["records"] * 1000 + 2 * HOUR_MS)
+    wait_until(lambda: segment_bases(events) == old_bases[-1:] and len(segment_bases(both)) == 1,
+               timeout_s=ROUND_TIMEOUT_S, what="all expired segments deleted")
+    both_start = segment_bases(both)[0]
+    assert both_start == log_end_offset(both)
+    assert read_offset_checkpoint(env.log_dir / "log-start-offset-checkpoint") == {
+        ("events", 0): old_bases[-1], ("both", 0): both_start}
+    assert_compacted_to(kept, kept_latest)
+    assert daemon.partition("kept-0")["retention_segments_deleted"] == 0
+    deleted = sum(daemon.partition(n)["retention_segments_deleted"] for n in ("events-0", "both-0"))
+    assert daemon.metric("logcleaner_retention_segments_deleted_total") == deleted >= len(old_bases) - 1
+    assert leftovers(env.log_dir) == []
 
 
 def test_max_compaction_lag_ms_forces_cleaning_of_a_log_below_its_dirty_ratio_once_overdue(env):
