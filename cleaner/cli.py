@@ -234,6 +234,50 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--key", "keys", multiple=True, metavar="KEY", help="A key (UTF-8 text) whose history to print (repeatable).")
+@click.option("--key-hex", "hex_keys", multiple=True, metavar="HEX", help="A key given in hex, for binary keys (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per partition.")
+def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, ...], as_json: bool) -> None:
+    """The history of given keys in partitions, or without --key a summary of each partition's keys.
+
+    A key's history is every record the log still holds for it: offset, timestamp, value size or tombstone,
+    segment file, and how its transaction ended when it is transactional. The summary counts records,
+    distinct keys, tombstones, keys whose latest record is a tombstone, and records per key (a histogram).
+    Reads only; exit 1 if a partition cannot be read (the message names the file and byte).
+    """
+    from segments.errors import SegmentError
+    from segments.pathcheck import describe_os_error, display_path, find_partition_dirs
+
+    from .audit import audit_partition, describe
+
+    wanted = [k.encode("utf-8") for k in keys]
+    for text in hex_keys:
+        try:
+            wanted.append(bytes.fromhex(text.removeprefix("0x")))
+        except ValueError:
+            raise click.BadParameter(f"not hex: {text!r}", param_hint="--key-hex") from None
+    partitions, refused = find_partition_dirs(list(paths))
+    failed = False
+    for item in refused:
+        click.echo(f"{'error' if item.failed else 'warning'}: ignored {item}", err=True)
+        failed |= item.failed
+    if not partitions and not failed:
+        raise click.UsageError("no partition directories (<topic>-<partition>) found in "
+                               + ", ".join(display_path(p) for p in paths))
+    for directory in partitions:
+        try:
+            result = audit_partition(directory, wanted)
+        except (SegmentError, OSError) as exc:
+            click.echo(f"{directory.name}: FAILED: {describe_os_error(exc) if isinstance(exc, OSError) else exc}",
+                       err=True)
+            failed = True
+            continue
+        click.echo(json.dumps(result.as_dict()) if as_json else describe(result, summary=not wanted))
+    sys.exit(1 if failed else 0)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="TOML config file (Kafka setting names; [topics.<name>] overrides).")
 @click.option("--server-properties", type=click.Path(exists=True, dir_okay=False, path_type=Path),
