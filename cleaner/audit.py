@@ -19,8 +19,8 @@ them) and counted on their own. Records below the log start offset are not count
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np

@@ -149,6 +149,7 @@ def clean_partition(
                     dry_run=dry_run,
                     on_bytes=on_bytes,
                     ring=ring,
+                    verify=settings.broker["log.cleaner.verify"],
                 )
                 outcome.rounds.append(result)
                 survivorship.record_round(directory, result, settings.broker["log.cleaner.survivorship.alpha"])

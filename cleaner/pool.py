@@ -226,6 +226,7 @@ class CleanerPool:
                     check_abort=check_abort,
                     on_bytes=on_bytes,
                     ring=ring,
+                    verify=self.manager.settings.broker["log.cleaner.verify"],
                 )
                 if "delete" in topic.cleanup_policy and not result.dry_run:
                     # Kafka's cleaner thread, too, deletes a compact,delete log's old segments after cleaning it

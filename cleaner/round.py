@@ -36,6 +36,7 @@ from .cleanable import CleanableRange, cleanable_range
 from .generations import GenerationPlan, load_starts, plan_round, save_starts
 from .indexing import build_offset_map
 from .recopy import RecopyContext, RecopyStats, clean_group, group_segments
+from .safety import check_group
 from .settings import TopicSettings
 from .survey import WINDOW_BYTES, survey_log
 
@@ -87,6 +88,8 @@ class RoundResult:
     index_s: float
     recopy_s: float
     elapsed_s: float
+    verified_records: int = 0  # log.cleaner.verify: latest records confirmed in the output (0 when off)
+    verify_s: float = 0.0
 
     @property
     def survivorship(self) -> float | None:
@@ -131,6 +134,7 @@ def clean_round(
     check_abort: Callable[[], None] = lambda: None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     ring: WindowRing | None = None,
+    verify: bool = False,
 ) -> RoundResult:
     """Clean `log_` (opened in cleaner mode) once; see the module docstring.
 
@@ -138,8 +142,10 @@ def clean_round(
     round after round. With `force_recopy`, a log with no dirty section still has its clean section
     recopied, so tombstones and markers whose delete horizon has passed go (Kafka never revisits such a
     log until new writes make it dirty). `ring` holds the read buffers of the round's windows; a cleaner
-    thread passes the same one every round, as it does its map, so rounds reuse memory. Raises `CorruptRecordError`, `CleaningAbortedError` (from `check_abort`), or
-    `OSError`; the log then holds every group either old or new and the checkpoint is unchanged.
+    thread passes the same one every round, as it does its map, so rounds reuse memory. With `verify`
+    (`log.cleaner.verify`), each group passes `cleaner.safety.check_group` before it is swapped in. Raises
+    `CorruptRecordError`, `CleaningAbortedError` (from `check_abort`), `SafetyCheckError` or `OSError`; the
+    log then holds every group either old or new and the checkpoint is unchanged.
     """
     started = time.monotonic()
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
@@ -204,10 +210,20 @@ def clean_round(
         segment_bytes=topic.segment_bytes,
         segment_index_bytes=topic.segment_index_bytes,
     )
+    verified, verify_s = 0, 0.0
     for group in groups:
         cleaned = clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes, ring=ring)
-        if cleaned is not None:
-            log_.replace_segments([cleaned], group)
+        if cleaned is None:
+            continue
+        if verify:
+            t = time.monotonic()
+            try:
+                verified += check_group(group, cleaned, offset_map, survey, f"{log_.topic}-{log_.partition}")
+            except BaseException:
+                cleaned.delete_files()
+                raise
+            verify_s += time.monotonic() - t
+        log_.replace_segments([cleaned], group)
     if not dry_run:
         faults.hit("checkpoint.before_write")
         log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, index.end_offset)
@@ -217,7 +233,7 @@ def clean_round(
             save_starts(log_.directory, older + ([recopy_from] if recopy_from > rng.log_start_offset else []),
                         file_ops=log_.file_ops)
     result = _result(log_, rng, index, groups, stats, dry_run, size_before, survey_s, index.elapsed_s, started, offset_map,
-                     survey.bytes_read, generations)
+                     survey.bytes_read, generations, (verified, verify_s))
     log.info("%s", result.log_line())
     if result.invalid_records:
         log.warning("found %d invalid (unkeyed) records in %s-%d", result.invalid_records, log_.topic, log_.partition)
@@ -243,7 +259,7 @@ def _plan_generations(log_: PartitionLog, survey, topic: TopicSettings, rng: Cle
 
 
 def _result(log_, rng: CleanableRange, index, groups, stats: RecopyStats, dry_run, size_before, survey_s, index_s, started,
-            offset_map, survey_bytes, generations: GenerationPlan | None) -> RoundResult:
+            offset_map, survey_bytes, generations: GenerationPlan | None, verified=(0, 0.0)) -> RoundResult:
     size_after = size_before - stats.bytes_read + stats.bytes_written if dry_run else log_.size_bytes
     return RoundResult(
         topic=log_.topic,
@@ -279,4 +295,6 @@ def _result(log_, rng: CleanableRange, index, groups, stats: RecopyStats, dry_ru
         index_s=index_s,
         recopy_s=stats.elapsed_s,
         elapsed_s=time.monotonic() - started,
+        verified_records=verified[0],
+        verify_s=verified[1],
     )

@@ -152,6 +152,9 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _s("log.retention.hours", "int", 168, -1, _INT_MAX),
         _s("log.retention.bytes", "int", -1, -1, _LONG_MAX),
         _s("log.preallocate", "bool", False),
+        # logcleaner's own (not Kafka's): the safety check before each swap (cleaner/safety.py)
+        _s("log.cleaner.verify", "bool", False,
+           doc="before a group is swapped in, confirm every latest record of its input is in its output"),
         # logcleaner's own (not Kafka's): generational cleaning (cleaner/generations.py)
         _s("log.cleaner.mode", "str", "full", choices=("full", "generational"),
            doc="full: recopy the whole log every round (Kafka); generational: merge only young generations"),
