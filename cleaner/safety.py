@@ -34,10 +34,9 @@ class SafetyCheckError(RuntimeError):
     """A cleaned group lost a record that is the latest of its key: the group is not swapped in."""
 
 
-def _keyed_records(segments: list[LogSegment], survey: LogSurvey | None, seed: int):
-    """(offset, h1, h2, value_len) arrays of every keyed data record in `segments`, in offset order; aborted
-    ones left out when `survey` is given (the input side)."""
-    offsets, h1s, h2s, lengths = [], [], [], []
+def _windows(segments: list[LogSegment], survey: LogSurvey | None, seed: int):
+    """Per scan window, (offset, h1, h2, value_len) arrays of its keyed data records in offset order; records
+    of aborted transactions left out when `survey` is given (the input side)."""
     for segment in segments:
         for _, result in segment.scan_windows(window_bytes=_WINDOW_BYTES, verify_crc=False):
             if result.n_records == 0:
@@ -47,42 +46,57 @@ def _keyed_records(segments: list[LogSegment], survey: LogSurvey | None, seed: i
             if survey is not None:
                 aborted = survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional)
                 wanted &= ~aborted[batch]
+            parts = []
             for spans in result.key_spans(wanted):
                 h1, h2 = hash_key_spans(spans.buffer, spans.key_pos, spans.key_len, seed)
-                offsets.append(result.offset[spans.record_index].astype(np.int64))
-                h1s.append(h1)
-                h2s.append(h2)
-                lengths.append(result.value_len[spans.record_index].astype(np.int64))
-    if not offsets:
+                index = spans.record_index
+                parts.append((result.offset[index].astype(np.int64), h1, h2, result.value_len[index].astype(np.int64)))
+            if not parts:
+                continue
+            offset, h1, h2, length = (np.concatenate(a) for a in zip(*parts)) if len(parts) > 1 else parts[0]
+            if len(parts) > 1:  # key spans come grouped by source buffer (plain, decompressed), not in offset order
+                order = np.argsort(offset, kind="stable")
+                offset, h1, h2, length = offset[order], h1[order], h2[order], length[order]
+            yield offset, h1, h2, length
+
+
+def _joined(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty.astype(np.uint64), empty.astype(np.uint64), empty
-    offset = np.concatenate(offsets)
-    order = np.argsort(offset, kind="stable")  # key spans come grouped by source buffer, not in offset order
-    return offset[order], np.concatenate(h1s)[order], np.concatenate(h2s)[order], np.concatenate(lengths)[order]
+    return tuple(np.concatenate(a) for a in zip(*parts))
 
 
 def must_survive(group: list[LogSegment], offset_map: OffsetMap, survey: LogSurvey) -> tuple[np.ndarray, ...]:
     """(offset, h1, h2, value_len) of the input records the output must hold, in offset order."""
-    offset, h1, h2, length = _keyed_records(group, survey, offset_map.seed)
-    latest = offset_map.lookup_hashes(h1, h2)
-    indexed = latest >= 0
-    survive = indexed & (offset == latest)
+    indexed_parts, other_parts = [], []
+    for offset, h1, h2, length in _windows(group, survey, offset_map.seed):
+        latest = offset_map.lookup_hashes(h1, h2)
+        indexed = latest >= 0
+        mine = indexed & (offset == latest) & (length >= 0)  # tombstones may go
+        indexed_parts.append((offset[mine], h1[mine], h2[mine], length[mine]))
+        other = ~indexed
+        if other.any():
+            other_parts.append((offset[other], h1[other], h2[other], length[other]))
+    survivors = [_joined(indexed_parts)]
     # Keys the map does not hold: the last record of each in the group.
-    rest = np.flatnonzero(~indexed)
-    if len(rest):
-        order = rest[np.lexsort((offset[rest], h2[rest], h1[rest]))]
-        last = np.append((h1[order][1:] != h1[order][:-1]) | (h2[order][1:] != h2[order][:-1]), True)
-        survive[order[last]] = True
-    survive &= length >= 0  # tombstones may go
-    chosen = np.flatnonzero(survive)
-    return offset[chosen], h1[chosen], h2[chosen], length[chosen]
+    offset, h1, h2, length = _joined(other_parts)
+    if len(offset):
+        order = np.lexsort((offset, h2, h1))
+        last = order[np.append((h1[order][1:] != h1[order][:-1]) | (h2[order][1:] != h2[order][:-1]), True)]
+        last = last[length[last] >= 0]
+        survivors.append((offset[last], h1[last], h2[last], length[last]))
+        offset, h1, h2, length = _joined(survivors)
+        order = np.argsort(offset, kind="stable")
+        return offset[order], h1[order], h2[order], length[order]
+    return survivors[0]
 
 
 def check_group(group: list[LogSegment], cleaned: LogSegment, offset_map: OffsetMap, survey: LogSurvey,
                 partition: str) -> int:
     """Raise `SafetyCheckError` if `cleaned` lacks a record of `group` that must survive; else how many did."""
     offset, h1, h2, length = must_survive(group, offset_map, survey)
-    out_offset, out_h1, out_h2, out_length = _keyed_records([cleaned], None, offset_map.seed)
+    out_offset, out_h1, out_h2, out_length = _joined(list(_windows([cleaned], None, offset_map.seed)))
     at = np.searchsorted(out_offset, offset)
     found = at < len(out_offset)
     at = np.minimum(at, max(len(out_offset) - 1, 0))
