@@ -400,12 +400,17 @@ class LogSegment:
         """The offset after the last batch (base offset for an empty segment). Cached once known."""
         if self._next_offset is None:
             _, position = self.offset_index.lookup(2**63 - 1)
-            last = None
-            for _, header in self.iter_headers(position):
-                last = header
+            last, last_position = None, 0
+            for at, header in self.iter_headers(position):
+                last, last_position = header, at
             if last is None and position > 0:
-                for _, header in self.iter_headers(0):
-                    last = header
+                for at, header in self.iter_headers(0):
+                    last, last_position = header, at
+            if last is not None and last.next_offset <= self.base_offset:
+                raise CorruptRecordError(
+                    f"the last batch ends at offset {last.next_offset - 1}, below the segment's base offset "
+                    f"{self.base_offset}", position=last_position, path=self.paths.log,
+                )
             self._next_offset = self.base_offset if last is None else last.next_offset
         return self._next_offset
 

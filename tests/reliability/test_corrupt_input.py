@@ -78,7 +78,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from cleaner.cli import main as cli_main
@@ -645,6 +645,9 @@ def health(directory: Path) -> list[SegmentHealth]:
 
 @PROPERTY
 @given(case=st.one_of(damage(READ_SOURCES), damage(INDEXED_SOURCES, index_files=True)))
+# found by CI: the sign bit of the active segment's base offset made the log end -2^63 + 26 and a reader
+# answered "out of range" instead of naming the corrupt batch
+@example(case=Damage("legacy", 3, (FlipBits(at=0, mask=128),), False))
 @pytest.mark.timeout(180)
 def test_readers_raise_only_typed_errors_naming_the_file_and_a_position_in_it(corpus, case):
     with damaged_copy(corpus, case) as d:
