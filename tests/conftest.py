@@ -1,8 +1,12 @@
-"""Command-line options of the test suite.
+"""Command-line options of the test suite, and how Hypothesis draws.
 
 `--soak-seconds N` (or the environment variable `LOGCLEANER_SOAK_SECONDS`) sets how long the soak test
 (`tests/integration/test_soak.py`) keeps its writer, cleaner and readers running; without either it runs for
 its CI length of about a minute. The soak's timeout grows with it.
+
+Hypothesis draws the same examples every run (profile "ci", derandomized), so a run is red only because of a
+change; `LOGCLEANER_HYPOTHESIS=explore` draws new ones each run, to look for bugs (a find becomes an
+`@example` of its property).
 """
 
 from __future__ import annotations
@@ -10,6 +14,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+hypothesis_settings.register_profile("ci", derandomize=True)
+hypothesis_settings.register_profile("explore", derandomize=False)
+hypothesis_settings.load_profile(os.environ.get("LOGCLEANER_HYPOTHESIS", "ci"))
 
 SOAK_SECONDS_DEFAULT = 60.0
 SOAK_SECONDS_ENV = "LOGCLEANER_SOAK_SECONDS"
