@@ -35,6 +35,7 @@ from .manager import Candidate, CleanerManager
 from .metrics import CleanerMetrics
 from .retention import apply_retention
 from .round import CleaningAbortedError, clean_round
+from .settings import TopicSettings
 from .survey import WINDOW_BYTES
 from .throttle import DeviceThrottles
 
@@ -190,7 +191,7 @@ class CleanerPool:
             finally:
                 self.manager.end_maintenance(status.directory)
 
-    def _apply_retention(self, directory: Path, plog: PartitionLog, topic, now_ms: int) -> None:
+    def _apply_retention(self, directory: Path, plog: PartitionLog, topic: TopicSettings, now_ms: int) -> None:
         result = apply_retention(plog, topic, now_ms)
         if result is not None:
             self.metrics.record_retention(result.segments_deleted, result.bytes_deleted)
