@@ -10,7 +10,8 @@ from cleaner.cli import main
 from segments.records import Header, Record, encode_batch, encode_control_batch
 from segments.log import PartitionLog
 
-from ..segments.helpers import FIXTURES, copy_fixture, keyed_batch, write_log
+from ..kafka_fixtures import KAFKA_FIXTURES
+from ..segments.helpers import copy_fixture, keyed_batch, write_log
 
 
 def test_dump_prints_batches_and_deep_records_with_data(tmp_path):
@@ -77,7 +78,7 @@ def test_verify_accepts_every_fixture_partition(tmp_path):
         d.rename(target)
         out = runner.invoke(main, ["verify", str(target)])
         assert out.exit_code == 0, out.output
-    out = runner.invoke(main, ["verify", str(FIXTURES / "public")])
+    out = runner.invoke(main, ["verify", str(KAFKA_FIXTURES / "public")])
     assert out.exit_code == 0, out.output
     assert "5 partition(s)" in out.output
 

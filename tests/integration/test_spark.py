@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +20,10 @@ from segments.log import PartitionLog
 from segments.spark.session import SparkUnavailableError, find_java
 from segments.verify import verify_paths
 
+from ..kafka_fixtures import copy_kafka_fixture
+
 pytestmark = pytest.mark.slow
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
 TS0 = 1_700_000_000_000
 
 
@@ -148,10 +148,8 @@ def test_write_errors_are_clear(spark, tmp_path):
     assert not any(p.name.startswith(".logsegments-staging") for p in (tmp_path / "logs").iterdir())
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared/fixtures is not beside the repository")
 def test_real_kafka_partition_read_through_the_data_source(spark, tmp_path):
-    d = tmp_path / "logs" / "c2-0"
-    shutil.copytree(FIXTURES / "kafka-2.4-c2" / "raw", d)
+    copy_kafka_fixture("kafka-2.4-c2/raw", tmp_path / "logs" / "c2-0")
     df = spark.read.format("logsegments").load(str(tmp_path / "logs"))
     rows = df.select("offset", "key").collect()
     assert len(rows) == 2000 and sorted(r.offset for r in rows) == list(range(2000))

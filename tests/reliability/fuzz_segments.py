@@ -15,7 +15,7 @@ Run it from the repository root:
 
     .venv/bin/python tests/reliability/fuzz_segments.py -atheris_runs=10000 [-max_total_time=S] [CORPUS_DIR ...]
 
-Give a `crash-*` file instead of a directory to re-run that one input. Without a corpus directory a temporary one is seeded with real Kafka segments from `../shared/fixtures` and
+Give a `crash-*` file instead of a directory to re-run that one input. Without a corpus directory a temporary one is seeded with real Kafka segments from `tests/fixtures/kafka` and
 batches of every codec, a transaction with its marker, and legacy v0/v1 messages and wrappers; an empty corpus
 directory given on the command line is seeded the same way. Only this project's Python code is instrumented for
 coverage; the numba kernels are compiled code and are left out (instrumented bytecode cannot be compiled).
@@ -33,7 +33,6 @@ from pathlib import Path
 import atheris
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-FIXTURES = REPOSITORY.parent / "shared" / "fixtures"
 sys.path.insert(0, str(REPOSITORY))
 
 _NUMBA_MODULES = [
@@ -47,6 +46,7 @@ with atheris.instrument_imports(include=["segments", "cleaner"], exclude=_NUMBA_
     from segments.log import PartitionLog
     from segments.scan import scan, warm_up
     from segments.verify import verify_paths
+from tests.kafka_fixtures import KAFKA_FIXTURES  # noqa: E402
 from tests.reliability.logfiles import leftovers, snapshot  # noqa: E402
 
 ACTIVE_BASE = 1_000_000  # above every offset of the seeds, so their offsets stay inside the fuzzed segment's range
@@ -139,8 +139,7 @@ def seed_corpus(directory: Path) -> None:
 
     directory.mkdir(parents=True, exist_ok=True)
     for name in SEED_FIXTURE_SEGMENTS:
-        if (FIXTURES / name).is_file():
-            shutil.copyfile(FIXTURES / name, directory / name.replace("/", "_"))
+        shutil.copyfile(KAFKA_FIXTURES / name, directory / name.replace("/", "_"))
     records = [Record(offset=i, timestamp=1_700_000_000_000 + i, key=b"k%d" % (i % 2), value=b"v%d" % i)
                for i in range(3)]
     for codec, name in fmt.COMPRESSION_NAMES.items():

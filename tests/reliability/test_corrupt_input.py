@@ -1,7 +1,7 @@
 """Corrupt input: damaged segment files never crash a reader, never half-clean a partition, never hang, and a
 declared size never becomes an allocation.
 
-Hypothesis takes a partition — a real one written by Kafka (`../shared/fixtures`: a Kafka 2.4 compacted topic
+Hypothesis takes a partition — a real one written by Kafka (`tests/fixtures/kafka`: a Kafka 2.4 compacted topic
 before and after Kafka's own cleaner, `__consumer_offsets`, an idempotent producer's topic, null keys) or one
 generated here (every codec, transactions ending in commits and aborts, idempotent producers, tombstones,
 unkeyed records; and legacy v0/v1 messages and gzip/snappy/lz4 wrappers) — and damages one `.log` file: bits
@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import struct
@@ -102,8 +101,8 @@ from .logfiles import leftovers, snapshot
 from segments.verify import verify_paths
 
 from ..cleaner.builders import random_log
+from ..kafka_fixtures import copy_kafka_fixture
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
 LOGCLEANER = Path(sys.executable).with_name("logcleaner")
 NOW_MS = 1_800_000_000_000  # the cleaner's clock: every tombstone's delete horizon has passed
 T0 = 1_700_000_000_000
@@ -138,8 +137,6 @@ PROPERTY = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
-pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared/fixtures is not beside the repository")
-
 
 # ---- the sources --------------------------------------------------------------------------------------------
 
@@ -161,10 +158,7 @@ class Corpus:
 
 
 def _copy_real(fixture: str, name: str, log_dir: Path, *, append_active: bool) -> Path:
-    directory = log_dir / name
-    shutil.copytree(FIXTURES / fixture, directory)
-    for path in (directory, *directory.iterdir()):
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    directory = copy_kafka_fixture(fixture, log_dir / name)
     if append_active:
         (segment,) = directory.glob("*.log")
         next_offset = int(scan(segment.read_bytes(), headers_only=True).last_offset[-1]) + 1

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 from segments import format as fmt
@@ -11,7 +9,7 @@ from segments.fileio import FileOps
 from segments.log import LogConfig, PartitionLog
 from segments.records import Record, batch_crc, encode_batch
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+from ..kafka_fixtures import copy_kafka_fixture
 
 
 def keyed_batch(keys_values, *, timestamp_ms=1_700_000_000_000, compression=0, **kwargs) -> bytes:
@@ -43,14 +41,8 @@ def read_all(directory: Path, start=None) -> list[tuple[int, bytes | None, bytes
 
 
 def copy_fixture(name: str, tmp_path: Path) -> Path:
-    src = FIXTURES / name
-    dst = tmp_path / "logs" / Path(name).name
-    shutil.copytree(src, dst)
-    for root, _dirs, files in os.walk(dst):
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o644)
-        os.chmod(root, 0o755)
-    return dst
+    """A writable copy of Kafka fixture `name` (see `tests.kafka_fixtures`) at `tmp_path/logs/<last part>`."""
+    return copy_kafka_fixture(name, tmp_path / "logs" / Path(name).name)
 
 
 def fix_crc(data: bytearray, pos: int = 0) -> None:

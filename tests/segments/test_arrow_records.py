@@ -23,7 +23,7 @@ from segments.checkpoint import LOG_START_OFFSET_CHECKPOINT
 from segments.log import LogConfig, PartitionLog, update_log_dir_checkpoint
 from segments.records import Header, Record, encode_batch, encode_control_batch
 
-from .helpers import FIXTURES, copy_fixture
+from .helpers import copy_fixture
 
 TS0 = 1_700_000_000_000
 
@@ -218,7 +218,6 @@ FIXTURE_CASES = [
 ]
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared/fixtures is not beside the repository")
 @pytest.mark.parametrize("fixture,name", FIXTURE_CASES, ids=[c[0] for c in FIXTURE_CASES])
 def test_real_kafka_segments_read_as_columns_equal_the_record_reader(tmp_path, fixture, name):
     d = copy_fixture(fixture, tmp_path)

@@ -1,8 +1,8 @@
 """Walking buffers of concatenated batches of any magic: framing, torn tails versus corruption, fixtures.
 
-The torn-tail rule (kafka-format.md section 3): a walk stops when 17 bytes or fewer remain or when a
+The torn-tail rule (docs/format.md section 3): a walk stops when 17 bytes or fewer remain or when a
 declared batch runs past the end; a declared size below 14, or anything wrong inside a whole batch, is
-corruption. Real broker segments under /work/shared/fixtures must walk cleanly with the counts their
+corruption. Real broker segments under tests/fixtures/kafka must walk cleanly with the counts their
 README lists.
 """
 
@@ -37,7 +37,7 @@ from segments.records import (
     encode_control_batch,
 )
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+from ..kafka_fixtures import KAFKA_FIXTURES
 
 
 def put(data: bytes, position: int, raw: bytes) -> bytes:
@@ -331,10 +331,7 @@ def test_corruption_error_can_be_placed_in_a_file():
 
 
 def _fixture_dir(relative: str) -> Path:
-    path = FIXTURES / relative
-    if not path.is_dir():
-        pytest.skip(f"fixture directory {path} is absent (expected the shared Kafka fixtures next to the repo)")
-    return path
+    return KAFKA_FIXTURES / relative
 
 
 def _walk_dir(path: Path):
@@ -372,9 +369,7 @@ def test_fixture_log_walks_cleanly_with_the_documented_counts(relative, batch_co
 
 
 def test_every_fixture_log_walks_cleanly_with_crcs_verified():
-    if not FIXTURES.is_dir():
-        pytest.skip(f"fixture directory {FIXTURES} is absent")
-    logs = sorted(FIXTURES.rglob("*.log"))
+    logs = sorted(KAFKA_FIXTURES.rglob("*.log"))
     assert logs
     for log in logs:
         data = log.read_bytes()

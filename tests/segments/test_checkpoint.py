@@ -16,7 +16,8 @@ from segments import checkpoint as cp
 from segments.errors import CheckpointError
 from segments.fileio import FileOps
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+from ..kafka_fixtures import KAFKA_FIXTURES
+
 SPEC_EXAMPLE = b"0\n2\nmy-topic 0 1234\nmy-topic 1 99\n"
 
 
@@ -214,7 +215,7 @@ def test_update_of_a_corrupt_checkpoint_raises_and_writes_nothing(tmp_path):
 
 
 def test_kafka_written_leader_epoch_checkpoint_reads():
-    assert cp.read_leader_epoch_checkpoint(FIXTURES / "kafka-2.4-c2" / "raw" / cp.LEADER_EPOCH_CHECKPOINT) == [(0, 0)]
+    assert cp.read_leader_epoch_checkpoint(KAFKA_FIXTURES / "kafka-2.4-c2" / "raw" / cp.LEADER_EPOCH_CHECKPOINT) == [(0, 0)]
 
 
 @settings(max_examples=100, deadline=None)

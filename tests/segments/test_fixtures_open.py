@@ -7,9 +7,9 @@ import pytest
 from segments.log import PartitionLog
 from segments.verify import verify_paths
 
-from .helpers import FIXTURES, copy_fixture
+from .helpers import copy_fixture
 
-# (fixture dir, partition dir name to give it, batches, records) from shared/fixtures/README.md
+# (fixture dir, partition dir name to give it, batches, records) from tests/fixtures/kafka/README.md
 CASES = [
     ("kafka-2.4-c2/raw", "c2-0", 57, 2000),
     ("kafka-2.4-c2/kafka-cleaned", "c2-0", None, 54),
@@ -19,8 +19,6 @@ CASES = [
     ("public/test-0", "test-0", 28, 97),
     ("public/__cluster_metadata-0", "__cluster_metadata-0", 2560, 2563),
 ]
-
-pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared/fixtures is not beside the repository")
 
 
 @pytest.mark.parametrize("fixture,name,batches,records", CASES, ids=[c[0] for c in CASES])

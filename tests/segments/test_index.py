@@ -20,8 +20,9 @@ from segments.fileio import FileOps
 from segments.index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries
 from segments.records import decode_batch_header
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
-RAW = FIXTURES / "kafka-2.4-c2" / "raw"
+from ..kafka_fixtures import KAFKA_FIXTURES, copy_kafka_fixture
+
+RAW = KAFKA_FIXTURES / "kafka-2.4-c2" / "raw"
 INACTIVE_BASES = [0, 288, 576, 862, 1147, 1430, 1713]
 ACTIVE_BASE = 1996
 
@@ -744,13 +745,14 @@ def test_kafka_written_time_index_passes_sanity_and_has_the_build_rule_timestamp
     assert index.last_entry[0] == max(b[3] for b in batches)  # the final entry is the segment max
 
 
-def test_kafka_preallocated_active_indexes_fail_sanity_check():
-    index = OffsetIndex(RAW / fmt.offset_file_name(ACTIVE_BASE, fmt.INDEX_SUFFIX), ACTIVE_BASE, read_only=True)
+def test_kafka_preallocated_active_indexes_fail_sanity_check(tmp_path):
+    raw = copy_kafka_fixture("kafka-2.4-c2/raw", tmp_path / "c2-0")  # with the broker's zero-filled active indexes
+    index = OffsetIndex(raw / fmt.offset_file_name(ACTIVE_BASE, fmt.INDEX_SUFFIX), ACTIVE_BASE, read_only=True)
     assert index.entries == 1_310_720  # every slot counts, as when Kafka opens the file
     with pytest.raises(CorruptIndexError) as info:
         index.sanity_check()
     assert info.value.position == 8
-    times = TimeIndex(RAW / fmt.offset_file_name(ACTIVE_BASE, fmt.TIME_INDEX_SUFFIX), ACTIVE_BASE, read_only=True)
+    times = TimeIndex(raw / fmt.offset_file_name(ACTIVE_BASE, fmt.TIME_INDEX_SUFFIX), ACTIVE_BASE, read_only=True)
     with pytest.raises(CorruptIndexError) as info:
         times.sanity_check()
     assert info.value.position == 12

@@ -27,7 +27,8 @@ from segments.records import (
 )
 from segments.scan import ScanBuffers, scan, warm_up
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+from ..kafka_fixtures import KAFKA_FIXTURES
+
 CODECS = (fmt.COMPRESSION_NONE, fmt.COMPRESSION_GZIP, fmt.COMPRESSION_SNAPPY, fmt.COMPRESSION_LZ4, fmt.COMPRESSION_ZSTD)
 
 
@@ -539,7 +540,7 @@ def test_kafka_24_raw_partition_has_the_documented_counts():
     batches = records = tombstones = 0
     keys: set[bytes] = set()
     offsets = []
-    for path in sorted((FIXTURES / "kafka-2.4-c2" / "raw").glob("*.log")):
+    for path in sorted((KAFKA_FIXTURES / "kafka-2.4-c2" / "raw").glob("*.log")):
         data, result = scan_file(path)
         assert_matches_object_path(data, result)
         batches += result.n_batches
@@ -553,7 +554,7 @@ def test_kafka_24_raw_partition_has_the_documented_counts():
 
 def test_kafka_24_cleaned_partition_keeps_54_records():
     counts = {}
-    for path in sorted((FIXTURES / "kafka-2.4-c2" / "kafka-cleaned").glob("*.log")):
+    for path in sorted((KAFKA_FIXTURES / "kafka-2.4-c2" / "kafka-cleaned").glob("*.log")):
         _, result = scan_file(path)
         counts[int(path.stem)] = result.n_records
     assert sum(counts.values()) == 54
@@ -572,7 +573,7 @@ def test_kafka_24_cleaned_partition_keeps_54_records():
     ],
 )
 def test_public_fixtures_have_the_documented_counts(partition, batches, records):
-    data, result = scan_file(FIXTURES / "public" / partition / "00000000000000000000.log")
+    data, result = scan_file(KAFKA_FIXTURES / "public" / partition / "00000000000000000000.log")
     assert (result.n_batches, result.n_records) == (batches, records)
     assert_matches_object_path(data, result)
     if partition == "__cluster_metadata-0":
