@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .settings import Settings, SettingError
+from .settings import Settings, SettingError, SettingSource
 
 __all__ = ["ConfigFileError", "LoadedConfig", "load_config", "read_server_properties"]
 
@@ -70,7 +70,9 @@ def load_config(
     from .settings import BROKER_SETTINGS, TOPIC_SETTINGS
 
     flat: dict[str, object] = {}
+    sources: dict[str, SettingSource] = {}
     topics: dict[str, dict[str, object]] = {}
+    topic_sources: dict[str, SettingSource] = {}
     server: dict[str, Any] = {}
 
     def checked(source: str, key: str, value: object, table: dict) -> object:
@@ -82,9 +84,11 @@ def load_config(
         return value
 
     if server_properties is not None:
+        properties_source = SettingSource("server.properties", f"server.properties {os.fspath(server_properties)}")
         for key, value in read_server_properties(server_properties).items():
             if key in BROKER_SETTINGS:
                 flat[key] = checked(os.fspath(server_properties), key, value, BROKER_SETTINGS)
+                sources[key] = properties_source
     if path is not None:
         try:
             with open(path, "rb") as f:
@@ -104,14 +108,17 @@ def load_config(
                         if k in TOPIC_SETTINGS:  # unknown names are reported by Settings below
                             checked(f"{path}: [topics.{topic}]", k, v, TOPIC_SETTINGS)
                     topics[topic] = dict(table)
+                    topic_sources[topic] = SettingSource("file", f"[topics.{topic}] in {os.fspath(path)}")
             elif key == "server":
                 if not isinstance(value, dict):
                     raise ConfigFileError(f"{path}: [server] must be a table")
                 server = dict(value)
             elif key in BROKER_SETTINGS:
                 flat[key] = checked(os.fspath(path), key, value, BROKER_SETTINGS)
+                sources[key] = SettingSource("file", os.fspath(path))
             elif key in TOPIC_SETTINGS:
                 flat[key] = checked(os.fspath(path), key, value, TOPIC_SETTINGS)
+                sources[key] = SettingSource("file", os.fspath(path))
             else:
                 raise ConfigFileError(f"{path}: unknown setting {key!r} (use Kafka's setting names, quoted)")
     for key, value in (overrides or {}).items():
@@ -122,8 +129,12 @@ def load_config(
         else:
             raise ConfigFileError(f"--set: unknown setting {key!r} (expected a Kafka broker or topic setting name)")
         flat[key] = value
+        sources[key] = SettingSource("set", "--set")
     try:
-        settings = Settings.from_mappings(flat, topics)
+        settings = Settings.from_mappings(
+            flat, topics, sources=sources, topic_sources=topic_sources,
+            broker_file=None if server_properties is None else os.fspath(server_properties),
+        )
     except SettingError as exc:  # a relation between settings (e.g. min lag above max lag)
         where = f"{path}: " if path is not None else ""
         raise ConfigFileError(f"{where}{exc}") from None

@@ -33,7 +33,7 @@ from .config_file import ConfigFileError, LoadedConfig, load_config
 from .manager import DISK_FULL_RETRY_MS_DEFAULT, UNCLEANABLE_RETRY_MS_DEFAULT, CleanerManager, StateError
 from .metrics import CleanerMetrics
 from .pool import CleanerPool
-from .throttle import DeviceThrottles
+from .throttle import DeviceThrottles, device_label
 
 __all__ = ["Daemon", "clock_from_environment"]
 
@@ -138,7 +138,8 @@ class Daemon:
             uncleanable_retry_ms=self.server["uncleanable_retry_ms"],
             disk_full_retry_ms=self.server["disk_full_retry_ms"],
         )
-        # Throttle sleeps end at once when the pool stops, so a shutdown never waits out a long sleep.
+        # One budget per device for every thread; a thread waiting for it wakes at once when the pool stops,
+        # so a shutdown never waits out a long sleep.
         self.throttles = DeviceThrottles(
             broker["log.cleaner.io.max.bytes.per.second"], sleep=lambda seconds: self.pool.wait_stopping(seconds)
         )
@@ -165,12 +166,19 @@ class Daemon:
             "threads_alive": self.pool.threads_alive,
             "max_dirty_percent": self.manager.max_dirty_percent,
             "time_since_last_run_s": 0.0 if last is None else max(0.0, (now - last) / 1000.0),
-            "io_budget_bytes_per_second": self.throttles._rate,
+            "io_budget_bytes_per_second": self.throttles.bytes_per_second,
+            "io_throttles": self._throttle_usage(),
             "log_dirs_offline": len(self.manager.offline_log_dirs),
             "uncleanable": {str(d): v for d, v in self.manager.uncleanable_by_log_dir().items()},
             "partitions": [(s.topic, s.partition, str(s.log_dir), s.dirty_ratio, s.cleanable_bytes) for s in snapshot],
             "log_dirs": self._log_dir_usage(snapshot),
         }
+
+    def _throttle_usage(self) -> dict[str, tuple[float, float, float]]:
+        """device (major:minor) -> (bytes/s let through over the last seconds, that / the budget, seconds
+        threads waited for the budget), for each device cleaned so far."""
+        return {device_label(device): (t.recent_bytes_per_second(), t.utilization(), t.total_sleep_s)
+                for device, t in self.throttles.by_device().items()}
 
     def _log_dir_usage(self, snapshot) -> dict[str, tuple[int, int, int]]:
         """log dir -> (bytes of its partitions at their last survey, free bytes, size of its filesystem)."""
@@ -200,13 +208,17 @@ class Daemon:
                 "log_dirs": [str(d) for d in self.log_dirs],
                 "threads": self.pool.threads_wanted,
                 "threads_alive": self.pool.threads_alive,
-                "io_budget_bytes_per_second": self.throttles._rate,
+                "io_budget_bytes_per_second": self.throttles.bytes_per_second,
                 "io_bytes_total": self.throttles.total_bytes,
+                "io_throttles": {device: {"bytes_per_second": rate, "utilization": used, "wait_s_total": waited}
+                                 for device, (rate, used, waited) in self._throttle_usage().items()},
                 "started_at_ms": self.started_at_ms,
                 "now_ms": self.clock_ms(),
             },
             "partitions": [s.as_dict() for s in sorted(self.manager.snapshot(), key=lambda s: str(s.directory))],
             "ignored": self.manager.ignored_entries(),
+            "offline_log_dirs": {str(k): v for k, v in self.manager.offline_log_dirs.items()},
+            "clusters": {str(k): v.describe() for k, v in self.manager.views.items()},
         }
 
     def partition_operation(self, name: str, operation: str) -> dict:

@@ -74,7 +74,7 @@ def maintain_idle_logs(manager, now_ms: int) -> int:
     for status in manager.snapshot():
         if status.log_dir in manager.offline_log_dirs:
             continue
-        topic = manager.topic_settings(status.topic)
+        topic = manager.topic_settings(status.topic, status.log_dir)
         if not topic.compact or topic.max_compaction_lag_ms >= _LONG_MAX:
             continue
         config = topic.log_config()

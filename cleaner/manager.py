@@ -18,6 +18,7 @@ It never cleans and never touches segment files; the pool's threads do (see `cle
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import os
@@ -39,8 +40,13 @@ from segments.log import parse_partition_dir_name, update_log_dir_checkpoint
 from segments.recovery import parse_segment_file_name
 from segments.segment import LogSegment, peek_header
 
+from segments.kraft import METADATA_PARTITION
+from segments.locks import log_dir_owner
+
 from . import survivorship
-from .oneshot import NEVER_CLEANED_TOPICS
+from .policy import (
+    NEVER_TOUCHED_TOPICS, ClusterView, PolicyError, TopicPolicy, cluster_view, resolve_policy, unknown_policy_hint,
+)
 from .retention import RetentionResult
 from .round import RoundResult
 from .settings import Settings, TopicSettings
@@ -109,7 +115,7 @@ class PartitionStatus:
     last_result: RoundResult | None = None
     last_error: str | None = None
     rounds: int = 0
-    cleanup_policy: tuple[str, ...] = ()  # filled in by `snapshot()` from the current settings
+    policy: TopicPolicy | None = None  # resolved at discovery (`cleaner.policy`); None until then
     log_start_offset: int | None = None  # after the last retention that deleted segments
     retention_segments_deleted: int = 0  # by this daemon since it started
     retention_bytes_deleted: int = 0
@@ -134,7 +140,9 @@ class PartitionStatus:
             "last_error": self.last_error,
             "disk_full_failures": self.disk_full_failures,
             "survivorship": self.survivorship,
-            "cleanup_policy": ",".join(self.cleanup_policy),
+            "cleanup_policy": ",".join(self.policy.policy or ()) if self.policy is not None else "",
+            "policy_known": self.policy is not None and self.policy.known,
+            "policy_source": None if self.policy is None else self.policy.source,
             "log_start_offset": self.log_start_offset,
             "retention_segments_deleted": self.retention_segments_deleted,
             "retention_bytes_deleted": self.retention_bytes_deleted,
@@ -170,7 +178,27 @@ def _fingerprint(directory: Path) -> tuple:
     return tuple(out)
 
 
+def _metadata_signature(log_dir: Path, settings: Settings) -> tuple:
+    """What changes when a metadata log that could serve `log_dir` changes (names, sizes, mtimes)."""
+    out = []
+    for base in [log_dir, settings.broker.get("metadata.log.dir"), *settings.broker["log.dirs"]]:
+        if not base:
+            continue
+        directory = Path(base) / METADATA_PARTITION
+        try:
+            out.append((str(directory), tuple(sorted((e.name, e.stat(follow_symlinks=False).st_size,
+                                                      e.stat(follow_symlinks=False).st_mtime_ns)
+                                                     for e in os.scandir(directory)))))
+        except OSError:
+            continue
+    out.append(os.path.exists(log_dir / "meta.properties"))
+    return tuple(out)
+
+
 def _segment_facts(directory: Path) -> list[_SegmentFacts]:
+    # Links are not followed, and a FIFO, socket or device named like a segment file is not opened (opening a
+    # FIFO blocks the selecting thread for good): the partition becomes uncleanable, naming the file.
+    pathcheck.check_partition_dir(directory)
     facts = []
     for name in os.listdir(directory):
         parsed = parse_segment_file_name(name)
@@ -231,6 +259,10 @@ class CleanerManager:
         self.uncleanable_retry_ms = uncleanable_retry_ms
         self.partitions: dict[Path, PartitionStatus] = {}
         self.offline_log_dirs: dict[Path, str] = {}
+        self.owned_log_dirs: set[Path] = set()  # offline because a Kafka broker holds their .lock (rechecked)
+        self.views: dict[Path, ClusterView] = {}  # per log dir: its cluster's metadata and the settings from it
+        self._view_keys: dict[Path, tuple] = {}  # what each view was built from (settings, metadata files)
+        self._settings_generation = 0  # bumped by reconfigure: every view is built again
         self.ignored: dict[Path, str] = {}  # log dir entries passed over by discovery, and why
         self.last_selection_ms: int | None = None
         self.max_dirty_percent = 0.0
@@ -248,9 +280,11 @@ class CleanerManager:
         """
         found: dict[Path, tuple[Path, str, int]] = {}
         ignored: dict[Path, str] = {}
+        self._check_owners()
         for log_dir in self.log_dirs:
             if log_dir in self.offline_log_dirs:
                 continue
+            self._refresh_view(log_dir)
             try:
                 with os.scandir(log_dir) as listing:
                     entries = sorted(listing, key=lambda e: e.name)
@@ -273,7 +307,7 @@ class CleanerManager:
                         problem = pathcheck.partition_dir_name_problem(entry.name)
                         ignored[child] = f"not a partition directory (<topic>-<partition>): {problem}"
                     continue
-                if parsed[0] in NEVER_CLEANED_TOPICS:
+                if parsed[0] in NEVER_TOUCHED_TOPICS:
                     continue
                 found[child] = (log_dir, parsed[0], parsed[1])
         with self._lock:
@@ -289,6 +323,52 @@ class CleanerManager:
                 if directory not in self.partitions:
                     log.info("partition discovered dir=%s", directory)
                     self.partitions[directory] = PartitionStatus(directory, log_dir, topic, partition)
+                status = self.partitions[directory]
+                view = self.views.get(log_dir)
+                policy = resolve_policy(topic, view) if view is not None else TopicPolicy(
+                    topic, None, "the cluster's metadata could not be read (see the log)")
+                if policy != status.policy and not policy.known:
+                    log.warning("partition left as it is dir=%s %s; decide it with %s", pathcheck.display_path(directory),
+                                policy.describe(), unknown_policy_hint(topic))
+                status.policy = policy
+
+    def _check_owners(self) -> None:
+        """Take log dirs a running Kafka broker owns offline, and bring them back once it has gone."""
+        for log_dir in self.log_dirs:
+            owner = log_dir_owner(log_dir)
+            with self._lock:
+                if owner is not None and log_dir not in self.offline_log_dirs:
+                    log.warning("log dir offline: %s; checked again every discovery interval", owner)
+                    self.offline_log_dirs[log_dir] = str(owner)
+                    self.owned_log_dirs.add(log_dir)
+                elif owner is None and log_dir in self.owned_log_dirs:
+                    log.info("log dir back online: no Kafka broker holds its .lock any more dir=%s", log_dir)
+                    self.owned_log_dirs.discard(log_dir)
+                    self.offline_log_dirs.pop(log_dir, None)
+
+    def broker_owns(self, log_dir: Path, error: BaseException) -> None:
+        """A round found `log_dir`'s .lock held by a broker: offline until discovery sees it free."""
+        with self._lock:
+            if log_dir not in self.offline_log_dirs:
+                log.warning("log dir offline: %s; checked again every discovery interval", error)
+            self.offline_log_dirs[log_dir] = str(error)
+            self.owned_log_dirs.add(log_dir)
+
+    def _refresh_view(self, log_dir: Path) -> None:
+        """Re-read `log_dir`'s cluster view when the settings or the metadata log's files changed."""
+        key = (self._settings_generation, _metadata_signature(log_dir, self.settings))
+        if self._view_keys.get(log_dir) == key:
+            return
+        try:
+            view = cluster_view(log_dir, self.settings)
+        except PolicyError as exc:
+            log.error("no topic of this log dir is cleaned until its cluster's metadata can be read dir=%s error=%s",
+                      log_dir, exc)
+            self.views.pop(log_dir, None)
+        else:
+            log.info("cluster view dir=%s %s", log_dir, view.describe())
+            self.views[log_dir] = view
+        self._view_keys[log_dir] = key
 
     def mark_log_dir_offline(self, log_dir: Path, reason: str) -> None:
         with self._lock:
@@ -296,19 +376,27 @@ class CleanerManager:
                 log.error("log dir offline dir=%s reason=%s", log_dir, reason)
             self.offline_log_dirs[log_dir] = reason
 
-    def topic_settings(self, topic: str) -> TopicSettings:
-        return self.settings.topic(topic)
+    def topic_settings(self, topic: str, log_dir: Path | None = None) -> TopicSettings:
+        """`topic`'s settings in `log_dir`'s cluster view, with its resolved cleanup policy (empty when
+        unknown: then nothing is compacted and retention deletes nothing but what lies below the log start)."""
+        view = self.views.get(log_dir) if log_dir is not None else None
+        settings = view.settings if view is not None else self.settings
+        policy = resolve_policy(topic, view) if view is not None else None
+        return dataclasses.replace(settings.topic(topic),
+                                   cleanup_policy=policy.policy if policy is not None and policy.known else ())
 
     def reconfigure(self, settings: Settings, log_dirs: Iterable[str | os.PathLike]) -> None:
         with self._lock:
             self.settings = settings
             self.log_dirs = [Path(d) for d in log_dirs]
+            self._settings_generation += 1
+        self.discover()  # new settings may decide topics differently: resolve every policy again now
 
     # ---- estimating -----------------------------------------------------------------------------------
 
     def _estimate(self, status: PartitionStatus, now_ms: int) -> None:
         """Refresh a partition's dirty ratio, range and compaction delay from its files (cheap)."""
-        topic = self.settings.topic(status.topic)
+        topic = self.topic_settings(status.topic, status.log_dir)
         pathcheck.check_partition_dir(status.directory)  # no link is followed, not even to estimate
         facts = _segment_facts(status.directory)
         if not facts:
@@ -380,9 +468,9 @@ class CleanerManager:
         by_survivorship = self.settings.broker["log.cleaner.selection.policy"] == "survivorship"
         survivorships: dict[Path, dict] = {}
         for status in statuses:
-            topic = self.settings.topic(status.topic)
-            if not topic.compact:
-                continue
+            if status.policy is None or not status.policy.known or "compact" not in status.policy.policy:
+                continue  # never compacted by guess (cleaner.policy)
+            topic = self.topic_settings(status.topic, status.log_dir)
             if status.uncleanable_reason is not None and not self._retry_due(status, now):
                 continue
             if now < status.busy_until_ms:
@@ -626,8 +714,6 @@ class CleanerManager:
         with self._lock:
             out = [PartitionStatus(**{f: getattr(s, f) for f in PartitionStatus.__dataclass_fields__})
                    for s in self.partitions.values()]
-            for status in out:
-                status.cleanup_policy = self.settings.topic(status.topic).cleanup_policy
             return out
 
     def ignored_entries(self) -> list[dict[str, str]]:

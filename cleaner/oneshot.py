@@ -1,7 +1,8 @@
 """One-shot cleaning of partition directories: what `logcleaner clean` does, as a library.
 
 Owns finding the partitions under the paths a user gives (a partition directory or a log directory of
-them, never KRaft's `__cluster_metadata-0` nor `-delete`/`-future`/`-stray` directories), and cleaning each
+them, never KRaft's `__cluster_metadata-0` nor `-delete`/`-future`/`-stray` directories), planning them
+(each one's log dir view and its policy by `cleaner.policy`'s rule: `plan_partitions`), and cleaning each
 one by its `cleanup.policy`: retention (`cleaner.retention`) of expired segments and segments below the
 log start first, then — compacted topics — rounds until the dirty section is done (a full offset map means
 several rounds) regardless of `min.cleanable.dirty.ratio`, then `retention.bytes` on the compacted log. A
@@ -10,6 +11,7 @@ failing partition does not stop the others; its outcome says why.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -24,16 +26,17 @@ from segments.pathcheck import describe_os_error, display_path, find_partition_d
 from segments.readahead import WindowRing
 
 from . import survivorship
+from .policy import NEVER_TOUCHED_TOPICS, ClusterView, TopicPolicy, cluster_view, resolve_policy
 from .retention import RetentionResult, apply_retention
 from .round import RoundResult, clean_round
 from .settings import Settings
 from .survey import WINDOW_BYTES
+from .throttle import Throttle
 
-__all__ = ["PartitionOutcome", "clean_partition", "find_partitions", "NEVER_CLEANED_TOPICS"]
+__all__ = ["PartitionOutcome", "PlannedPartition", "clean_partition", "find_partitions", "plan_partitions"]
 
 log = logging.getLogger(__name__)
 
-NEVER_CLEANED_TOPICS = frozenset({"__cluster_metadata"})  # KRaft's metadata log: Kafka manages it itself
 ROUNDS_MAX = 1_000_000  # a bound on rounds for one partition; each round makes progress, so never reached
 
 
@@ -46,6 +49,7 @@ class PartitionOutcome:
     retention: list[RetentionResult] = field(default_factory=list)  # before and after the rounds
     error: str | None = None
     skipped: str | None = None
+    policy: TopicPolicy | None = None  # the policy it was cleaned by, and where that came from
 
     @property
     def ok(self) -> bool:
@@ -56,6 +60,8 @@ class PartitionOutcome:
         if self.skipped:
             out.update(status="skipped", reason=self.skipped)
             return out
+        if self.policy is not None:
+            out.update(cleanup_policy=",".join(self.policy.policy or ()), policy_source=self.policy.source)
         out["status"] = "ok" if self.ok else "failed"
         if self.error:
             out["error"] = self.error
@@ -96,11 +102,38 @@ def find_partitions(paths: list[str | os.PathLike]) -> Iterator[Path]:
     yield from find_partition_dirs(paths)[0]
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedPartition:
+    """A partition to clean, the view of its log dir's cluster, and its policy (`policy.known` or not)."""
+
+    directory: Path
+    view: ClusterView
+    policy: TopicPolicy
+
+
+def plan_partitions(partitions: list[Path], settings: Settings, *, named: frozenset[Path] = frozenset()
+                    ) -> list[PlannedPartition]:
+    """Each partition with its log dir's `ClusterView` (read once per log dir) and its policy; `named`
+    are the partition directories the user named one by one. Raises `cleaner.policy.PolicyError`."""
+    views: dict[Path, ClusterView] = {}
+    planned = []
+    for directory in partitions:
+        log_dir = directory.parent
+        if log_dir not in views:
+            views[log_dir] = cluster_view(log_dir, settings)
+        parsed = parse_partition_dir_name(directory.name)
+        topic = parsed[0] if parsed is not None else directory.name
+        planned.append(PlannedPartition(directory, views[log_dir],
+                                        resolve_policy(topic, views[log_dir], named=directory in named)))
+    return planned
+
+
 def clean_partition(
     directory: Path,
     settings: Settings,
     *,
     now_ms: int,
+    policy: TopicPolicy | None = None,
     offset_map: OffsetMap | None = None,
     forced_from: int | None = None,
     forced_to: int | None = None,
@@ -108,27 +141,40 @@ def clean_partition(
     once: bool = False,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     file_ops: FileOps = DEFAULT_FILE_OPS,
+    throttle: Throttle | None = None,
 ) -> PartitionOutcome:
     """Clean one partition directory in rounds until done (one round with `once` or `dry_run`).
 
-    `file_ops` carries every durable file operation (a fault-injecting one in the reliability tests)."""
-    outcome = PartitionOutcome(str(directory))
+    `policy`, when given, is the topic's resolved policy (`plan_partitions`), in place of the settings'
+    `cleanup.policy`; an unknown one leaves the partition untouched. `file_ops` carries every durable file
+    operation (a fault-injecting one in the reliability tests). Every read and write is charged beforehand
+    to `throttle`, the I/O budget of the partition's device; a caller cleaning several partitions passes the
+    same one per device (`DeviceThrottles.for_path` of the log dir), as `logcleaner clean` does. None: a
+    budget of its own at `log.cleaner.io.max.bytes.per.second`."""
+    outcome = PartitionOutcome(str(directory), policy=policy)
     parsed = parse_partition_dir_name(directory.name)
     if parsed is None:
         problem = partition_dir_name_problem(directory.name)
         outcome.error = f"{display_path(directory)}: not a partition directory (<topic>-<partition>): {problem}"
         return outcome
     topic_name, _ = parsed
-    if topic_name in NEVER_CLEANED_TOPICS:
+    if topic_name in NEVER_TOUCHED_TOPICS:
         outcome.skipped = "KRaft metadata log: never cleaned"
         return outcome
+    if policy is not None and not policy.known:
+        outcome.skipped = policy.describe()
+        return outcome
     topic = settings.topic(topic_name)
+    if policy is not None:
+        topic = dataclasses.replace(topic, cleanup_policy=policy.policy)
     if offset_map is None and topic.compact:
         broker = settings.broker
         memory = per_thread_memory_bytes(broker["log.cleaner.dedupe.buffer.size"], broker["log.cleaner.threads"])
         offset_map = OffsetMap(memory, broker["log.cleaner.io.buffer.load.factor"])
     config = topic.log_config()
     ring = WindowRing(WINDOW_BYTES)  # the rounds of a partition reuse one set of read buffers
+    if throttle is None:
+        throttle = Throttle(settings.broker["log.cleaner.io.max.bytes.per.second"])
     try:
         with PartitionLog.open(directory, mode="cleaner", config=config, file_ops=file_ops) as plog:
             # Expired segments go before cleaning (no point compacting them); retention.bytes is applied
@@ -150,6 +196,7 @@ def clean_partition(
                     on_bytes=on_bytes,
                     ring=ring,
                     verify=settings.broker["log.cleaner.verify"],
+                    charge_io=throttle.acquire,
                 )
                 outcome.rounds.append(result)
                 survivorship.record_round(directory, result, settings.broker["log.cleaner.survivorship.alpha"])

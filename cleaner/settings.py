@@ -3,8 +3,11 @@
 Owns the table of every setting an operator may type (`log.cleaner.dedupe.buffer.size`,
 `delete.retention.ms`, ...), parsing a value given as text (`--set KEY=VALUE`, a TOML file or a Kafka
 `server.properties`), rejecting a bad one with a message naming the key, the value and the allowed range,
-and resolving a topic's effective settings: topic override, else the broker-level synonym, else Kafka's
-default. It does no I/O beyond parsing text it is given and holds no global state.
+and resolving a topic's effective settings and where each came from (`Settings.source_of`), in this
+order: the user's `[topics.<name>]` table, the user's flat topic-level value (`--set`, the config file),
+the cluster's own topic config (KRaft metadata, `with_cluster`), the broker-level synonym (the user's
+`--set`/config file, KRaft's dynamic broker and cluster defaults, the broker's `server.properties`), and
+last Kafka's default. It does no I/O beyond parsing text it is given and holds no global state.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ __all__ = [
     "BROKER_SETTINGS",
     "TOPIC_SETTINGS",
     "SettingError",
+    "SettingSource",
     "Settings",
     "TopicSettings",
     "parse_size",
@@ -119,6 +123,8 @@ BROKER_SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in [
         _s("log.dirs", "list", ("/tmp/kafka-logs",), doc="log directories holding <topic>-<partition>/ dirs"),
+        _s("metadata.log.dir", "str", None,
+           doc="KRaft: the directory holding __cluster_metadata-0 (Kafka's default: the first of log.dirs)"),
         _s("log.cleaner.enable", "bool", True, doc="run the cleaner at all"),
         _s("log.cleaner.threads", "int", 1, 1, 64, doc="cleaner threads; each has its own offset map"),
         _s("log.cleaner.dedupe.buffer.size", "int", 128 * 1024 * 1024, 48, _LONG_MAX,
@@ -212,6 +218,21 @@ def _derive_broker_values(broker: dict[str, Any], explicit: frozenset[str]) -> N
 
 
 @dataclass(frozen=True, slots=True)
+class SettingSource:
+    """Where a value came from: `kind` is "set" (`--set`), "file" (the TOML config), "server.properties"
+    or "kraft" (the cluster's metadata log); `where` names it for a person."""
+
+    kind: str
+    where: str
+
+    def __str__(self) -> str:
+        return self.where
+
+
+_USER_KINDS = ("set", "file")  # values the user gave logcleaner itself; they win over the cluster's
+
+
+@dataclass(frozen=True, slots=True)
 class TopicSettings:
     """The effective settings of one topic for one round (Kafka names in comments)."""
 
@@ -259,14 +280,28 @@ class Settings:
     topics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     topic_defaults: Mapping[str, Any] = field(default_factory=dict)
     explicit: frozenset[str] = frozenset()  # the broker names given a value (the rest are defaults or derived)
+    sources: Mapping[str, SettingSource] = field(default_factory=dict)  # flat name -> where it was given
+    topic_sources: Mapping[str, SettingSource] = field(default_factory=dict)  # topic -> its [topics.<name>] table
+    cluster_topics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # KRaft topic configs
+    cluster_label: str | None = None  # "KRaft metadata in <dir>" when `with_cluster` added them
+    broker_file: str | None = None  # the server.properties read, if any
 
     @classmethod
     def from_mappings(
         cls,
         values: Mapping[str, object] | None = None,
         topics: Mapping[str, Mapping[str, object]] | None = None,
+        *,
+        sources: Mapping[str, SettingSource] | None = None,
+        topic_sources: Mapping[str, SettingSource] | None = None,
+        cluster_topics: Mapping[str, Mapping[str, object]] | None = None,
+        cluster_label: str | None = None,
+        broker_file: str | None = None,
     ) -> "Settings":
-        """Settings from flat `values` (broker names, or topic names meaning "every topic") and topic tables."""
+        """Settings from flat `values` (broker names, or topic names meaning "every topic") and topic tables.
+
+        `sources` says where each flat value came from (default: `--set`); `cluster_topics` are the
+        cluster's own per-topic configs (below the user's, above the broker level)."""
         broker: dict[str, Any] = {name: s.default for name, s in BROKER_SETTINGS.items()}
         topic_defaults: dict[str, Any] = {}
         for key, raw in (values or {}).items():
@@ -285,20 +320,87 @@ class Settings:
                 if key not in TOPIC_SETTINGS:
                     raise SettingError(key, raw, f"unknown topic setting in [topics.{topic}]")
                 parsed_topics[topic][key] = TOPIC_SETTINGS[key][0].parse(raw)
-        settings = cls(broker, parsed_topics, topic_defaults, explicit)
+        parsed_cluster = {topic: {k: TOPIC_SETTINGS[k][0].parse(v) for k, v in configs.items() if k in TOPIC_SETTINGS}
+                          for topic, configs in (cluster_topics or {}).items()}
+        given = SettingSource("set", "--set")
+        settings = cls(
+            broker, parsed_topics, topic_defaults, explicit,
+            sources={k: (sources or {}).get(k, given) for k in (values or {})},
+            topic_sources=dict(topic_sources or {}), cluster_topics=parsed_cluster,
+            cluster_label=cluster_label, broker_file=broker_file,
+        )
         settings._check_relations()
         return settings
 
-    def with_overrides(self, values: Mapping[str, object]) -> "Settings":
-        """A copy with more flat values applied on top (as `--set` does over a config file)."""
+    def _flat(self) -> dict[str, object]:
         flat: dict[str, object] = {k: v for k, v in self.broker.items() if k in self.explicit}
         flat.update(self.topic_defaults)
+        return flat
+
+    def with_overrides(self, values: Mapping[str, object]) -> "Settings":
+        """A copy with more flat values applied on top (as `--set` does over a config file)."""
+        flat = self._flat()
         flat.update(values)
-        return Settings.from_mappings(flat, self.topics)
+        sources = dict(self.sources)
+        sources.update({k: SettingSource("set", "--set") for k in values})
+        return Settings.from_mappings(flat, self.topics, sources=sources, topic_sources=self.topic_sources,
+                                      cluster_topics=self.cluster_topics, cluster_label=self.cluster_label,
+                                      broker_file=self.broker_file)
+
+    def with_cluster(
+        self,
+        label: str,
+        topic_configs: Mapping[str, Mapping[str, str]],
+        broker_configs: Mapping[str, Mapping[str, str]],
+        node_id: str | None = None,
+    ) -> "Settings":
+        """A copy that knows the cluster's own configs (KRaft metadata, named by `label`).
+
+        `topic_configs` are per-topic overrides (below the user's topic-level values); `broker_configs`
+        maps "" (the cluster default) and node ids to dynamic broker configs, which take the place of
+        `server.properties` values and Kafka's defaults but never of a value the user gave logcleaner.
+        Names that are not settings of ours (a broker holds many) are left out. Raises `SettingError`
+        naming `label` for a value out of range.
+        """
+        flat = self._flat()
+        sources = dict(self.sources)
+        layers = [("", "cluster default")] + ([(node_id, f"broker {node_id}")] if node_id is not None else [])
+        for name, what in layers:
+            for key, raw in broker_configs.get(name, {}).items():
+                if key in BROKER_SETTINGS and (key not in sources or sources[key].kind not in _USER_KINDS):
+                    flat[key] = raw
+                    sources[key] = SettingSource("kraft", f"{label} ({what})")
+        cluster: dict[str, dict[str, str]] = {}
+        for topic, configs in topic_configs.items():
+            for key, raw in configs.items():
+                if key in TOPIC_SETTINGS:
+                    try:
+                        TOPIC_SETTINGS[key][0].parse(raw)
+                    except SettingError as exc:
+                        raise SettingError(key, raw, f"{exc.reason} (topic {topic} in {label})") from None
+                    cluster.setdefault(topic, {})[key] = raw
+        try:
+            return Settings.from_mappings(flat, self.topics, sources=sources, topic_sources=self.topic_sources,
+                                          cluster_topics=cluster, cluster_label=label, broker_file=self.broker_file)
+        except SettingError as exc:
+            raise SettingError(exc.key, exc.value, f"{exc.reason} (from {sources.get(exc.key, label)})") from None
+
+    def source_of(self, topic: str, name: str) -> SettingSource | None:
+        """Where `topic`'s effective value of topic setting `name` comes from; None for Kafka's default."""
+        if name in self.topics.get(topic, {}):
+            return self.topic_sources.get(topic, SettingSource("file", f"[topics.{topic}]"))
+        if name in self.topic_defaults:
+            return self.sources.get(name, SettingSource("set", "--set"))
+        if name in self.cluster_topics.get(topic, {}):
+            return SettingSource("kraft", f"{self.cluster_label} (topic config)")
+        synonym = TOPIC_SETTINGS[name][1]
+        if synonym is not None and synonym in self.explicit:
+            return self.sources.get(synonym, SettingSource("set", "--set"))
+        return None
 
     def _check_relations(self) -> None:
         threads = self.broker["log.cleaner.threads"]
-        for topic in [None, *self.topics]:
+        for topic in [None, *self.topics, *self.cluster_topics]:
             t = self.topic(topic or "")
             if t.min_compaction_lag_ms > t.max_compaction_lag_ms:
                 raise SettingError(
@@ -313,14 +415,17 @@ class Settings:
             )
 
     def topic(self, topic: str) -> TopicSettings:
-        """The effective settings of `topic`: its override, else the broker synonym, else the default."""
+        """The effective settings of `topic`, in the order of the module docstring (see `source_of`)."""
         overrides = self.topics.get(topic, {})
+        cluster = self.cluster_topics.get(topic, {})
         values = {}
         for name, (setting, synonym) in TOPIC_SETTINGS.items():
             if name in overrides:
                 values[name] = overrides[name]
             elif name in self.topic_defaults:
                 values[name] = self.topic_defaults[name]
+            elif name in cluster:
+                values[name] = cluster[name]
             elif synonym is not None and synonym in self.broker:
                 values[name] = self.broker[synonym]
             else:

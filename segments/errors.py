@@ -79,6 +79,19 @@ class LockTimeoutError(SegmentError):
     """An advisory lock on a partition directory could not be taken in time."""
 
 
+class LogDirOwnedError(SegmentError):
+    """Another process holds the write lock on a log dir's `.lock`: a running Kafka broker owns the log dir.
+
+    `holder` says who, as found from the lock itself (`pid`, when the lock tells it) and `/proc`.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, holder: str, pid: int | None) -> None:
+        self.log_dir = os.fspath(log_dir)
+        self.holder = holder
+        self.pid = pid
+        super().__init__(f"{holder} owns {self.log_dir}: stop it first")
+
+
 class IndexAppendError(SegmentError, ValueError):
     """An index entry that the index's invariants do not allow: out of order, position going backwards, index full.
 
@@ -111,3 +124,16 @@ class LinkRefusedError(SegmentError):
 
         super().__init__(f"{display_path(self.path)}: is a symbolic link; "
                          "logcleaner does not follow links inside a log dir")
+
+
+class NotRegularFileError(SegmentError):
+    """A path inside a log dir that logcleaner would open (a segment, index, snapshot, checkpoint or lock file)
+    is not a regular file: a FIFO, socket, device or directory. It is refused before it is opened (opening a
+    FIFO blocks until someone writes to it). `kind` says what it is, e.g. "a FIFO (named pipe)"."""
+
+    def __init__(self, path: str | os.PathLike, kind: str) -> None:
+        self.path = os.fspath(path)
+        self.kind = kind
+        from .pathcheck import NOT_REGULAR, display_path
+
+        super().__init__(f"{display_path(self.path)}: is {kind}, {NOT_REGULAR}")

@@ -20,27 +20,58 @@ Rules that follow from it:
   holds that lock itself (so a writer opening during a cleaning round leaves them alone).
 * A reader that has opened a segment file keeps reading it after a swap (the old inode stays valid), so
   reads never need to hold a lock for longer than the listing.
+* A reader creates nothing: it takes the shared `.swap.lock` only if the file exists (`create=False`), and
+  lists without it otherwise. That is safe because the file exists before any swap or roll can happen:
+  a writer and a cleaner create it when they open the partition, and take it exclusively there for leftover
+  recovery, before they list, roll or swap anything; nobody of ours ever removes it. So a missing file
+  means no writer or cleaner of ours has opened the partition yet. One may be opening it right now (it
+  creates the file just after the reader looked); what its open changes while the reader lists is what a
+  reader copes with anyway: an index rewritten in place (a reader sanity-checks every index and rebuilds a
+  bad one in memory), the active segment's torn tail cut (a reader stops quietly at an incomplete batch),
+  and leftovers of someone else's interrupted swap being finished (Kafka's own `.swap`/`.deleted` files:
+  a reader that listed just before the recovery would see the directory mid-swap as well; no lock of ours
+  covers another program's swap).
 Lock order, to avoid deadlock: `.writer.lock` or `.cleaner.lock` first, then `.swap.lock`.
 
 These locks coordinate processes. Threads inside one process coordinate with the `PartitionLog`'s own
 mutex; each `PartitionLock` opens its own file description, so two threads also exclude each other.
+
+The log dir's `.lock` (`LogDirLock`) keeps logcleaner and a Kafka broker apart. A running broker holds an
+exclusive POSIX record lock on `<log dir>/.lock` (Java's `FileChannel.tryLock()`, i.e. `fcntl(F_SETLK,
+F_WRLCK)`) for as long as it owns the log dir. Whatever changes files in a log dir (a writer or cleaner
+`PartitionLog`, so every round, retention pass and ingest) first takes a *shared* open-file-description
+lock on the same byte range (`F_OFD_SETLK, F_RDLCK`): it fails while a broker holds its lock — we refuse,
+naming the broker's pid — and while we hold it a broker that starts fails its own `tryLock()` and refuses
+to start on the log dir. Shared locks do not conflict with each other, so any number of our threads and
+processes hold one at once; being per open file description, closing another descriptor of `.lock`
+(which drops a process's classic POSIX locks) does not release ours. The file is created if missing
+(empty, as Kafka creates it). Read-only commands take no lock; they ask `log_dir_owner()` and warn.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
+import struct
 import time
 from pathlib import Path
 
-from .errors import LockTimeoutError
-from .pathcheck import open_no_follow
+from .errors import LockTimeoutError, LogDirOwnedError, LogStateError
+from .pathcheck import check_regular_fd, open_no_follow
 
-__all__ = ["PartitionLock", "WRITER_LOCK", "CLEANER_LOCK", "SWAP_LOCK"]
+__all__ = ["PartitionLock", "LogDirLock", "log_dir_owner", "WRITER_LOCK", "CLEANER_LOCK", "SWAP_LOCK", "KAFKA_LOCK"]
 
 WRITER_LOCK = ".writer.lock"
 CLEANER_LOCK = ".cleaner.lock"
 SWAP_LOCK = ".swap.lock"
+KAFKA_LOCK = ".lock"  # in the log dir itself: Kafka's lock file, held by a running broker
+
+# struct flock on Linux (l_type, l_whence, l_start, l_len, l_pid, padding): whole file from byte 0.
+_FLOCK = struct.Struct("@hhqqi4x")
+_OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", 36)
+_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", 37)
 
 _POLL_INTERVAL_S_MAX = 0.05
 
@@ -49,12 +80,16 @@ class PartitionLock:
     """One advisory lock file in a partition directory; usable as a context manager.
 
     `acquire(timeout_s=None)` blocks until the lock is held (or raises `LockTimeoutError` after
-    `timeout_s`); `timeout_s=0` tries once. The lock is not re-entrant.
+    `timeout_s`); `timeout_s=0` tries once. The lock is not re-entrant. With `create=False` (shared locks
+    only: a reader's) a missing lock file is not created: `acquire` raises `FileNotFoundError` instead, and
+    a lock file that is not a regular file raises `NotRegularFileError` without waiting on it.
     """
 
-    def __init__(self, directory: str | os.PathLike, name: str, *, shared: bool = False) -> None:
+    def __init__(self, directory: str | os.PathLike, name: str, *, shared: bool = False, create: bool = True) -> None:
+        assert create or shared, "only a shared lock may be taken without creating its file"
         self.path = Path(directory) / name
         self.shared = shared
+        self.create = create
         self._fd: int | None = None
 
     @property
@@ -63,9 +98,16 @@ class PartitionLock:
 
     def acquire(self, timeout_s: float | None = None) -> "PartitionLock":
         assert self._fd is None, f"{self.path} is already held by this object"
-        fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)  # a lock file that is a link is refused
+        if self.create:
+            fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)  # a lock file that is a link is refused
+        else:
+            # Read-only is enough for flock (and for a shared lock over NFS's fcntl emulation); O_NONBLOCK so
+            # that a FIFO in its place is refused by the check below, not waited on by the open.
+            fd = open_no_follow(self.path, os.O_RDONLY | os.O_NONBLOCK)
         mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         try:
+            if not self.create:
+                check_regular_fd(fd, self.path)
             if timeout_s is None:
                 fcntl.flock(fd, mode)
             else:
@@ -118,3 +160,87 @@ class PartitionLock:
             return True
         probe.release()
         return False
+
+
+def _describe_pid(pid: int | None) -> str:
+    """Who holds a lock, in words: "a running Kafka broker (pid N)" when its command line says Kafka."""
+    if pid is None or pid <= 0:
+        return "another process"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        cmdline = ""
+    if "kafka" in cmdline.lower():
+        return f"a running Kafka broker (pid {pid})"
+    name = cmdline.split(" ", 1)[0].rsplit("/", 1)[-1] if cmdline else "unknown command"
+    return f"process {pid} ({name})"
+
+
+def log_dir_owner(log_dir: str | os.PathLike) -> LogDirOwnedError | None:
+    """The error naming who holds `<log_dir>/.lock` for writing (a running broker), or None if nobody does.
+
+    Creates nothing and takes no lock (for read-only commands, and the daemon's periodic check); a
+    missing or unreadable `.lock` means no broker can be holding it readably: None. Racy by nature.
+    """
+    path = Path(log_dir) / KAFKA_LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        found = fcntl.fcntl(fd, _OFD_GETLK, _FLOCK.pack(fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    l_type, _, _, _, pid = _FLOCK.unpack(found)
+    if l_type == fcntl.F_UNLCK:
+        return None
+    return LogDirOwnedError(log_dir, _describe_pid(pid if pid > 0 else None), pid if pid > 0 else None)
+
+
+class LogDirLock:
+    """A shared lock on `<log dir>/.lock` for as long as logcleaner changes files in the log dir.
+
+    `acquire()` raises `LogDirOwnedError` (naming the holder) if a broker holds its exclusive lock, and
+    `OSError` if the file can neither be opened nor created. Not re-entrant; release() is idempotent.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike) -> None:
+        self.log_dir = Path(log_dir)
+        self._fd: int | None = None
+
+    def acquire(self) -> "LogDirLock":
+        assert self._fd is None, f"{self.log_dir}/{KAFKA_LOCK} is already held by this object"
+        fd = open_no_follow(self.log_dir / KAFKA_LOCK, os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise LogStateError(f"{self.log_dir / KAFKA_LOCK}: is not a regular file (Kafka's lock file is)")
+            fcntl.fcntl(fd, _OFD_SETLK, _FLOCK.pack(fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0))
+        except LogStateError:
+            os.close(fd)
+            raise
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            owner = log_dir_owner(self.log_dir)
+            raise owner or LogDirOwnedError(self.log_dir, "another process", None) from None
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the description releases its lock
+
+    def __enter__(self) -> "LogDirLock":
+        if self._fd is None:
+            self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()

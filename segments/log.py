@@ -12,8 +12,9 @@ in `segments.locks`:
 * mode "writer" holds `.writer.lock` for its life; it alone appends and rolls (under `.swap.lock`).
 * mode "cleaner" holds `.cleaner.lock` for its life; it never writes the active segment and swaps
   segments below it (under `.swap.lock`).
-* mode "reader" holds no lock except a shared `.swap.lock` while listing segments, and writes nothing:
-  a missing or bad index is rebuilt in memory only.
+* mode "reader" holds no lock except a shared `.swap.lock` while listing segments (only if that file
+  exists: a reader creates no file, see `segments.locks`), and writes nothing: a missing or bad index is
+  rebuilt in memory only.
 
 Crash behaviour of `replace_segments` (each step fsyncs before the next; see `segments.recovery`):
 a crash while `.cleaned` files exist rolls back to the old segments; a crash after every new file
@@ -54,14 +55,19 @@ from .checkpoint import (
     read_offset_checkpoint,
     update_offset_checkpoint,
 )
-from .errors import CorruptIndexError, CorruptRecordError, LockTimeoutError, LogStateError, OffsetOutOfRangeError
+from .errors import (
+    CorruptIndexError, CorruptRecordError, LockTimeoutError, LogStateError, OffsetOutOfRangeError, SegmentError,
+)
 from .fileio import DEFAULT_FILE_OPS, FileOps
-from .locks import CLEANER_LOCK, SWAP_LOCK, WRITER_LOCK, PartitionLock
+from .locks import CLEANER_LOCK, SWAP_LOCK, WRITER_LOCK, LogDirLock, PartitionLock
 from .records import Record, RecordBatch, encode_batch
 from .recovery import parse_segment_file_name, recover_leftovers
 from .segment import FetchData, LogSegment
 
-__all__ = ["LogConfig", "PartitionLog", "parse_partition_dir_name", "update_log_dir_checkpoint", "AppendInfo", "Mode"]
+__all__ = [
+    "LogConfig", "PartitionLog", "parse_partition_dir_name", "update_log_dir_checkpoint", "AppendInfo", "IndexRebuild",
+    "Mode",
+]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +81,7 @@ _CHECKPOINT_LOCK = ".logcleaner-checkpoints.lock"  # in the log dir root; guards
 _LOCK_TIMEOUT_S_DEFAULT = 30.0
 _FETCH_BYTES_DEFAULT = 1024 * 1024
 _DIR_MTIME_TICK_NS = 20_000_000  # coarsest directory timestamp tick allowed for (a jiffy at HZ=100 is 10 ms)
+_ZERO_TAIL_READ_BYTES = 1024 * 1024  # read size while checking an index's tail for preallocated zero slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +116,49 @@ class AppendInfo:
     segment_base_offset: int
     position: int
     batches: int
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRebuild:
+    """An index that failed its sanity check at open and was rebuilt from its log.
+
+    Attached to the warning logged about it (`extra={"index_rebuild": ...}`, logger `segments.log`), so
+    that a command line can say it in words (`cleaner.cli`) while a daemon's log keeps the key=value line.
+    """
+
+    directory: Path  # the partition directory
+    file: str  # the index file's name
+    position: int  # the byte of its first problem
+    reason: str  # what is wrong there
+    untrimmed: bool  # zero bytes from the problem to the end: preallocated slots never trimmed (see index.py)
+    in_memory: bool  # rebuilt in memory only (a reader); otherwise the file was rewritten
+
+
+def _zero_tail(path: Path, position: int) -> bool:
+    """Whether the file holds only zero bytes from `position` to its end, and at least one: the preallocated
+    slots Kafka leaves in an active segment's index files (trimmed when the segment stops being active).
+
+    A hint for the message about a rebuilt index: a file that cannot be read gives False.
+    """
+    try:
+        fd = pathcheck.open_no_follow(path, os.O_RDONLY | os.O_NONBLOCK)
+    except (OSError, SegmentError):  # gone, unreadable, or a link (refused)
+        return False
+    try:
+        pathcheck.check_regular_fd(fd, path)
+        size = os.fstat(fd).st_size
+        if not 0 <= position < size:
+            return False
+        while position < size:  # at most size / _ZERO_TAIL_READ_BYTES reads
+            chunk = os.pread(fd, min(_ZERO_TAIL_READ_BYTES, size - position), position)
+            if not chunk or chunk.count(0) != len(chunk):
+                return False
+            position += len(chunk)
+        return True
+    except (OSError, SegmentError):
+        return False
+    finally:
+        os.close(fd)
 
 
 def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
@@ -176,6 +226,7 @@ class PartitionLog:
         self._listing_trusted = False  # see refresh(): a listing made within a timestamp tick of a change
         self._log_start_offset = 0
         self._owner_lock: PartitionLock | None = None
+        self._log_dir_lock: LogDirLock | None = None
         self._closed = False
         self._active_created_ms = clock_ms()
         self._rolling_timestamp = fmt.NO_TIMESTAMP
@@ -219,6 +270,9 @@ class PartitionLog:
         return self
 
     def _open(self) -> None:
+        if self.mode != "reader":
+            # No file of a log dir a running Kafka broker owns is changed (segments.locks: the log dir's .lock)
+            self._log_dir_lock = LogDirLock(self.directory.parent).acquire()
         if self.mode == "writer":
             self._owner_lock = PartitionLock(self.directory, WRITER_LOCK)
             try:
@@ -252,15 +306,17 @@ class PartitionLog:
 
     @contextlib.contextmanager
     def _listing_lock(self) -> Iterator[None]:
-        """The shared swap lock while listing segments; a reader of a read-only directory goes without.
+        """The shared swap lock while listing segments; a reader goes without where there is no lock file.
 
-        Without the lock a reader may list a directory mid-swap; that cannot happen where nobody can
-        write, which is the only case it is skipped.
+        Without the lock a reader may list a directory mid-swap. A reader never creates the lock file:
+        where it is missing, no writer or cleaner of ours has opened the partition, so none can be
+        swapping or rolling (`segments.locks` gives the argument); where nobody can write (a read-only
+        directory or file), nobody swaps either.
         """
-        lock = PartitionLock(self.directory, SWAP_LOCK, shared=True)
+        lock = PartitionLock(self.directory, SWAP_LOCK, shared=True, create=self.mode != "reader")
         try:
             lock.acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT)
-        except OSError as exc:  # e.g. EACCES or EROFS creating the lock file
+        except OSError as exc:  # no lock file (a reader does not create it), or EACCES, EROFS
             if self.mode != "reader":
                 raise
             log.debug("listing without lock dir=%s reason=%s", self.directory, exc)
@@ -294,8 +350,8 @@ class PartitionLog:
         for name in os.listdir(self.directory):
             parsed = parse_segment_file_name(name)
             if parsed is not None and parsed.kind == fmt.LOG_SUFFIX and parsed.state == "":
-                try:
-                    found[parsed.offset] = pathcheck.check_not_link(self.directory / name).st_ino
+                try:  # a link, or a FIFO, socket, device or directory named like a segment, is refused unopened
+                    found[parsed.offset] = pathcheck.check_regular_file(self.directory / name).st_ino
                 except FileNotFoundError:
                     continue
         keep = []
@@ -357,7 +413,11 @@ class PartitionLog:
                 segment.time_index.sanity_check()
                 return
         except CorruptIndexError as exc:
-            log.warning("rebuilding index reason=%r", str(exc))
+            event = IndexRebuild(self.directory, Path(exc.path).name, exc.position, exc.reason,
+                                 untrimmed=_zero_tail(Path(exc.path), exc.position), in_memory=not rebuild_files)
+            log.warning("rebuilding index dir=%s file=%s position=%d untrimmed=%s in_memory=%s reason=%r",
+                        pathcheck.display_path(self.directory), event.file, event.position, event.untrimmed,
+                        event.in_memory, event.reason, extra={"index_rebuild": event})
         if rebuild_files:
             writable = self._reopen_writable(segment)
             writable.recover(tail_may_be_torn=False)
@@ -814,6 +874,9 @@ class PartitionLog:
                 if self._owner_lock is not None:
                     self._owner_lock.release()
                     self._owner_lock = None
+                if self._log_dir_lock is not None:
+                    self._log_dir_lock.release()
+                    self._log_dir_lock = None
 
     def __enter__(self) -> "PartitionLog":
         return self

@@ -10,7 +10,10 @@ from __future__ import annotations
 from . import format as fmt
 from .errors import CorruptRecordError, TruncatedBatchError
 
-__all__ = ["encode_varint", "decode_varint", "decode_varlong", "varint_size"]
+__all__ = [
+    "encode_varint", "decode_varint", "decode_varlong", "varint_size",
+    "encode_unsigned_varint", "decode_unsigned_varint",
+]
 
 
 def encode_varint(value: int) -> bytes:
@@ -59,3 +62,29 @@ def decode_varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int
 def decode_varlong(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
     """Decode a 64-bit zigzag varlong at `pos`; returns (value, next position)."""
     return _decode(buf, pos, end, fmt.VARLONG_BYTES_MAX, 64)
+
+
+def encode_unsigned_varint(value: int) -> bytes:
+    """Base-128 encode an unsigned int32 without zigzag (Kafka's flexible-version lengths and counts)."""
+    assert 0 <= value < 2**32, value
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def decode_unsigned_varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    """Decode an unsigned (not zigzag) varint of at most 5 bytes and 32 bits at `pos`; (value, next position)."""
+    value = 0
+    for i in range(fmt.VARINT_BYTES_MAX):
+        if pos + i >= end:
+            raise TruncatedBatchError("unsigned varint runs past the end of the data", position=pos)
+        b = buf[pos + i]
+        value |= (b & 0x7F) << (7 * i)
+        if not b & 0x80:
+            if value >> 32:
+                raise CorruptRecordError("unsigned varint does not fit 32 bits", position=pos)
+            return value, pos + i + 1
+    raise CorruptRecordError(f"unsigned varint longer than {fmt.VARINT_BYTES_MAX} bytes", position=pos)
