@@ -16,10 +16,12 @@ import click
 
 from segments.errors import SegmentError
 
+from .cli_support import CommandGroup, notes_on_rebuilt_indexes
+
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="logcleaner")
 def main() -> None:
     """Compaction engine for Kafka-format log segment files."""
@@ -34,9 +36,12 @@ def main() -> None:
 @click.option("--print-data-log", is_flag=True, help="Print keys and values (implies --deep-iteration).")
 @click.option("--index-sanity-check", is_flag=True, help="For index files: only check them and report.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@notes_on_rebuilt_indexes
 def dump(files: tuple[Path, ...], deep_iteration: bool, print_data_log: bool, index_sanity_check: bool, as_json: bool) -> None:
     """Print the batches and records of .log files, or the entries of .index/.timeindex/.txnindex files."""
     from segments.dump import dump_file, format_entry
+
+    _warn_if_broker_owns(files)
 
     failed = False
     for path in files:
@@ -50,6 +55,8 @@ def dump(files: tuple[Path, ...], deep_iteration: bool, print_data_log: bool, in
         except (SegmentError, ValueError) as exc:
             click.echo(f"error: {exc}", err=True)
             failed = True
+        except BrokenPipeError:
+            raise  # our reader went away, not a file problem: the command ends quietly (cli_support)
         except OSError as exc:  # e.g. permission denied
             from segments.pathcheck import describe_os_error
 
@@ -61,6 +68,7 @@ def dump(files: tuple[Path, ...], deep_iteration: bool, print_data_log: bool, in
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of text.")
+@notes_on_rebuilt_indexes
 def verify(paths: tuple[Path, ...], as_json: bool) -> None:
     """Check CRCs, framing, offsets, indexes and leftover files of log dirs, partition dirs or segment files.
 
@@ -68,6 +76,7 @@ def verify(paths: tuple[Path, ...], as_json: bool) -> None:
     """
     from segments.verify import verify_paths
 
+    _warn_if_broker_owns(paths)
     summary = verify_paths(list(paths))
     if as_json:
         click.echo(
@@ -222,6 +231,26 @@ def _http(url: str, method: str, headers: dict[str, str] | None = None) -> dict:
         raise click.ClickException(f"{url}: cannot reach the daemon: {exc}") from None
 
 
+def _warn_if_broker_owns(paths) -> None:
+    """Read-only commands go on while a Kafka broker owns the log dir, and say once that it may change files.
+
+    A path may be a log dir, a partition directory or a file in one: the `.lock` is looked for in the path
+    and its two parents."""
+    from segments.locks import log_dir_owner
+
+    seen = set()
+    for raw in paths:
+        path = Path(raw).absolute()
+        for candidate in (path, path.parent, path.parent.parent):
+            if candidate in seen:
+                continue
+            seen.add(candidate)
+            if (owner := log_dir_owner(candidate)) is not None:
+                click.echo(f"warning: {owner.holder} owns {owner.log_dir}: it may be changing the files while "
+                           "they are read", err=True)
+                return
+
+
 def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for item in values:
@@ -237,6 +266,7 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--key", "keys", multiple=True, metavar="KEY", help="A key (UTF-8 text) whose history to print (repeatable).")
 @click.option("--key-hex", "hex_keys", multiple=True, metavar="HEX", help="A key given in hex, for binary keys (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition.")
+@notes_on_rebuilt_indexes
 def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, ...], as_json: bool) -> None:
     """The history of given keys in partitions, or without --key a summary of each partition's keys.
 
@@ -250,6 +280,7 @@ def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, .
 
     from .audit import audit_partition, describe
 
+    _warn_if_broker_owns(paths)
     wanted = [k.encode("utf-8") for k in keys]
     for text in hex_keys:
         try:
@@ -293,24 +324,34 @@ def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, .
 def clean(paths, config_path, server_properties, set_values, now_ms, from_offset, to_offset, dry_run, once, as_json) -> None:
     """Clean partition directories, or every partition of log directories, by their cleanup.policy.
 
-    Topics are treated as compacted unless a config or --set gives them another cleanup.policy: compact
-    cleans until the dirty range is done; delete removes inactive segments past retention.ms /
-    retention.bytes and advances the log start offset; compact,delete does both (expired segments first,
-    the size limit after compacting). Exit 1 if any partition failed (the others are still cleaned).
+    Each topic's policy comes from --set / the config file, else the cluster's KRaft metadata, else Kafka's
+    internal topics, else the broker level (see the README, "Cleanup policies"); a partition directory
+    named on the command line is compacted when nothing else decides. When a topic's policy is unknown,
+    nothing is changed and the command exits 2, naming the line that decides it. compact cleans until the
+    dirty range is done; delete removes inactive segments past retention.ms / retention.bytes and advances
+    the log start offset; compact,delete does both. Refused, changing nothing, while a running Kafka broker
+    owns a log dir. Exit 1 if any partition failed (the others are still cleaned).
     """
     import time
 
+    from segments.locks import log_dir_owner
     from segments.pathcheck import display_path, find_partition_dirs, partition_dir_name_problem
 
     from .config_file import ConfigFileError, load_config
-    from .oneshot import clean_partition
+    from .oneshot import clean_partition, plan_partitions
+    from .policy import PolicyError, unknown_policy_hint
+    from .setting_use import refusal_for_clean
+    from .throttle import DeviceThrottles
 
-    overrides = {"cleanup.policy": "compact"}
-    overrides.update(_parse_set(set_values))
     try:
-        loaded = load_config(config_path, server_properties=server_properties, overrides=overrides)
+        loaded = load_config(config_path, server_properties=server_properties, overrides=_parse_set(set_values))
     except ConfigFileError as exc:
         raise click.UsageError(str(exc)) from None
+    for key in _parse_set(set_values):  # a setting clean would accept and ignore is refused instead
+        if (refusal := refusal_for_clean(key)) is not None:
+            raise click.UsageError(refusal)
+    # One I/O budget per device for every partition cleaned, each read and write charged before it is done.
+    throttles = DeviceThrottles(loaded.settings.broker["log.cleaner.io.max.bytes.per.second"])
     partitions, refused = find_partition_dirs(list(paths))
     failed = False
     for item in refused:  # a refused partition fails the command; anything else refused is only a warning
@@ -328,21 +369,42 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
                  for p in paths if "-" in p.name and (problem := partition_dir_name_problem(p.name))]
         raise click.UsageError("no partition directories (<topic>-<partition>) found in "
                                + ", ".join(display_path(p) for p in paths) + "".join(hints))
+    for log_dir in sorted({p.parent for p in partitions}):
+        if (owner := log_dir_owner(log_dir)) is not None:
+            click.echo(f"error: {owner}", err=True)
+            sys.exit(1)
+    try:
+        plan = plan_partitions(partitions, loaded.settings, named=frozenset(paths))
+    except PolicyError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    unknown: dict[str, list] = {}
+    for item in plan:
+        if not item.policy.known and not item.policy.never:
+            unknown.setdefault(item.policy.topic, []).append(item)
+    if unknown:
+        click.echo(f"error: the cleanup policy of {len(unknown)} topic(s) is unknown, so nothing was changed; "
+                   "decide each in the config file (-c) or with --set:", err=True)
+        for topic, items in sorted(unknown.items()):
+            click.echo(f"  {topic} ({len(items)} partition(s)): {items[0].policy.source}", err=True)
+            click.echo(f"    {unknown_policy_hint(topic)}", err=True)
+        sys.exit(2)
     clock = now_ms if now_ms is not None else int(time.time() * 1000)
     total = sum(sum(f.lstat().st_size for f in p.glob("*.log")) for p in partitions)  # lstat: links are not followed
     show_bar = sys.stderr.isatty() and not as_json and total > 64 * 1024 * 1024
     with click.progressbar(length=max(total * 3, 1), label="cleaning", file=sys.stderr) if show_bar else _NoBar() as bar:
-        for directory in partitions:
+        for item in plan:
             outcome = clean_partition(
-                directory, loaded.settings, now_ms=clock, forced_from=from_offset, forced_to=to_offset,
-                dry_run=dry_run, once=once, on_bytes=lambda n, direction: bar.update(n),
+                item.directory, item.view.settings, now_ms=clock, policy=item.policy, forced_from=from_offset,
+                forced_to=to_offset, dry_run=dry_run, once=once, on_bytes=lambda n, direction: bar.update(n),
+                throttle=throttles.for_path(item.directory.parent),
             )
             failed |= not outcome.ok
             summary = outcome.summary()
             if as_json:
                 click.echo(json.dumps(summary))
             else:
-                click.echo(_describe(summary))
+                click.echo(_describe(summary, show_policy=dry_run))
     sys.exit(1 if failed else 0)
 
 
@@ -357,10 +419,12 @@ class _NoBar:
         pass  # no terminal: no progress bar
 
 
-def _describe(s: dict) -> str:
+def _describe(s: dict, show_policy: bool = False) -> str:
     name = s["partition"]
     if s["status"] == "skipped":
         return f"{name}: skipped ({s['reason']})"
+    if show_policy and "policy_source" in s:
+        name += f" [{s['cleanup_policy']}: {s['policy_source']}]"
     if s["status"] == "failed" and not s.get("rounds"):
         return f"{name}: FAILED: {s['error']}"
     mb = 1024 * 1024
@@ -383,7 +447,30 @@ def _describe(s: dict) -> str:
     return line
 
 
-@main.command()
+class _OneLineUsageError(click.UsageError):
+    """A usage error shown as one line (`Error: ...`, exit 2), without the usage text."""
+
+    def show(self, file=None) -> None:
+        click.echo(f"Error: {_one_line(self.format_message())}", err=True)
+
+
+class _OneLineErrorsCommand(click.Command):
+    """A command whose usage errors (a bad, missing or unknown option) are one line, like its other errors."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except _OneLineUsageError:
+            raise
+        except click.UsageError as exc:
+            raise _OneLineUsageError(exc.format_message(), ctx) from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines())
+
+
+@main.command(cls=_OneLineErrorsCommand)
 @click.argument("source")
 @click.option("--topic", required=True, help="Topic to write (partition directories <topic>-<p>).")
 @click.option("--partitions", required=True, type=click.IntRange(min=1), help="Partition count of the topic.")
@@ -391,6 +478,8 @@ def _describe(s: dict) -> str:
 @click.option("--value-column", help="Input column whose bytes are each record's value.")
 @click.option("--value-format", type=click.Choice(["json"]), help="json: the whole input row, as JSON, is the value.")
 @click.option("--output", required=True, type=click.Path(file_okay=False, path_type=Path), help="Log directory to write.")
+@click.option("--null-keys", type=click.Choice(["error", "drop"]), default="error", show_default=True,
+              help="Rows whose key is null: error refuses the input (nothing is written); drop writes the other rows.")
 @click.option("--format", "input_format", help="Spark input format (default: from the file extension).")
 @click.option("--timestamp-column", help="Input column for record timestamps (default: the write time).")
 @click.option("--compression", type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]), default="none",
@@ -401,40 +490,76 @@ def _describe(s: dict) -> str:
 @click.option("--compact", is_flag=True, help="Clean the written partitions afterwards (latest record per key).")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
 @click.option("--option", "read_options", multiple=True, metavar="KEY=VALUE", help="A Spark reader option (repeatable).")
-def ingest(source, topic, partitions, key_column, value_column, value_format, output, input_format, timestamp_column,
-           compression, records_per_batch, segment_bytes, overwrite, compact, master, read_options) -> None:
+@click.option("--spark-log", type=click.Path(dir_okay=False, path_type=Path),
+              help="Append Spark's own output (its log, warnings, worker output) to this file; by default only its "
+                   "progress bar is shown, on a terminal.")
+def ingest(source, topic, partitions, key_column, value_column, value_format, output, null_keys, input_format,
+           timestamp_column, compression, records_per_batch, segment_bytes, overwrite, compact, master, read_options,
+           spark_log) -> None:
     """Write the rows of SOURCE (Parquet, JSON lines, CSV, ...) into topic partitions with Spark.
 
     Each row goes to the partition Kafka's default partitioner picks for its key; order within a partition is
     the input's. Prints records, partitions, bytes and, with --compact, the duplicates compaction removed.
+    Every error is one line on stderr: exit 2 when the command line names something that is not there or
+    cannot be (source, column, format, option, partition count), 1 when the data or Spark fails (null keys,
+    an unreadable input, a failed task, no Java); a failed ingest leaves the output as it was.
     """
     import time
 
-    from segments.spark import SparkUnavailableError, get_session
+    from segments.pathcheck import describe_os_error
+    from segments.spark import JvmConsole, SparkUnavailableError, get_session, stop_session
+    from segments.spark.ingest import IngestUsageError, check_ingest
     from segments.spark.ingest import ingest as run_ingest
 
     if (value_column is None) == (value_format is None):
-        raise click.UsageError("give exactly one of --value-column or --value-format json")
+        raise _OneLineUsageError("give exactly one of --value-column or --value-format json")
+    options = {}
+    for item in read_options:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise _OneLineUsageError(f"Invalid value for '--option': expected KEY=VALUE, got {item!r}")
+        options[key.strip()] = value.strip()
+    request = dict(topic=topic, partitions=partitions, output=str(output), value_column=value_column,
+                   value_format=value_format, input_format=input_format, null_keys=null_keys, overwrite=overwrite)
+    try:
+        check_ingest(source, **request)  # before Spark starts: a usage error costs no JVM
+    except IngestUsageError as exc:
+        raise _OneLineUsageError(str(exc)) from None
+    except SegmentError as exc:
+        raise click.ClickException(_one_line(str(exc))) from None
+    try:
+        log_file = open(spark_log, "ab") if spark_log is not None else None
+    except OSError as exc:
+        raise _OneLineUsageError(f"--spark-log: {describe_os_error(exc)}") from None
+    console = JvmConsole(progress=sys.stderr if sys.stderr.isatty() else None, log_file=log_file)
     started = time.perf_counter()
     try:
-        spark = get_session(master, app_name=f"logcleaner ingest {topic}")
-    except SparkUnavailableError as exc:
-        raise click.ClickException(str(exc)) from None
-    startup_s = time.perf_counter() - started
-    try:
-        result = run_ingest(
-            spark, source, topic=topic, partitions=partitions, key_column=key_column, output=str(output),
-            value_column=value_column, value_format=value_format, input_format=input_format,
-            timestamp_column=timestamp_column, compression=compression, records_per_batch=records_per_batch,
-            segment_bytes=segment_bytes, overwrite=overwrite, read_options=_parse_set(read_options),
-        )
-    except (ValueError, TypeError) as exc:
-        raise click.ClickException(str(exc)) from None
+        try:
+            spark = get_session(master, app_name=f"logcleaner ingest {topic}", console=console)
+        except SparkUnavailableError as exc:
+            raise click.ClickException(_one_line(str(exc))) from None
+        startup_s = time.perf_counter() - started
+        try:
+            result = run_ingest(
+                spark, source, key_column=key_column, timestamp_column=timestamp_column, compression=compression,
+                records_per_batch=records_per_batch, segment_bytes=segment_bytes, read_options=options, **request,
+            )
+        except IngestUsageError as exc:
+            raise _OneLineUsageError(str(exc)) from None
+        except SegmentError as exc:  # IngestError, NullKeyError, a partition that cannot be read
+            raise click.ClickException(_one_line(str(exc))) from None
+        except OSError as exc:
+            raise click.ClickException(describe_os_error(exc)) from None
+        finally:
+            console.end_progress()
+            stop_session(spark)
     finally:
-        spark.stop()
+        console.close()
     mb = result.total_bytes / 1e6
+    dropped = (f" ({result.null_key_rows_dropped} of {result.rows_read} rows dropped: null key column {key_column!r})"
+               if null_keys == "drop" else "")
     click.echo(
-        f"ingested {result.total_records} records into {partitions} partitions of {topic!r} in {output}: "
+        f"ingested {result.total_records} records into {partitions} partitions of {topic!r} in {output}{dropped}: "
         f"{mb:.2f} MB in {result.write_s:.1f} s ({result.total_records / max(result.write_s, 1e-9):,.0f} records/s, "
         f"{mb / max(result.write_s, 1e-9):.1f} MB/s; Spark start-up {startup_s:.1f} s)"
     )
@@ -468,11 +593,13 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
 @click.option("--spark", "use_spark", is_flag=True, help="Count with Spark over the logsegments data source.")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL (with --spark).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition, then the total.")
+@notes_on_rebuilt_indexes
 def duplication(paths, method, memory_bytes, use_spark, master, as_json) -> None:
     """Estimate, per partition and in total, the fraction of records compaction would remove (nothing is changed)."""
     from .duplication import PartitionDuplication, estimate_partition, total
     from .oneshot import find_partitions
 
+    _warn_if_broker_owns(paths)
     if use_spark:
         from segments.spark import SparkUnavailableError, get_session
         from segments.spark.duplication import duplication_counts

@@ -5,7 +5,10 @@ filthiest log, open it in cleaner mode, run one round under the shared per-devic
 outcome. Before each selection, once per `log.retention.check.interval.ms` across the threads, a thread runs
 the retention pass over every log (`cleaner.retention`: the `delete` policy, and segments below the log
 start); a `compact,delete` log also gets it right after each of its rounds, as in Kafka. A thread with nothing
-to clean does the idle-log maintenance (`cleaner.idle`) and waits `log.cleaner.backoff.ms`. Outcomes:
+to clean does the idle-log maintenance (`cleaner.idle`) and waits `log.cleaner.backoff.ms`. With
+`log.cleaner.enable` false the threads only run retention, as Kafka's log manager does without a cleaner.
+Every read and write of a round is charged, before it is done, to the budget of the log dir's device
+(`cleaner.throttle`); a thread waiting there wakes at once when the pool stops. Outcomes:
 
 * success → the manager records it (the round wrote the checkpoint);
 * an abort (shutdown, pause) at a window boundary → the round removed its `.cleaned` files; nothing else;
@@ -19,13 +22,12 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from offsetmap import OffsetMap, per_thread_memory_bytes
-from segments.errors import LockTimeoutError
+from segments.errors import LockTimeoutError, LogDirOwnedError
 from segments.log import PartitionLog
 from segments.readahead import WindowRing
 
@@ -151,6 +153,9 @@ class CleanerPool:
                 self._retention_if_due(broker["log.retention.check.interval.ms"])
             except Exception:  # noqa: BLE001 - a failed pass must not kill the thread; the next one retries
                 log.exception("retention pass failed")
+            if not broker["log.cleaner.enable"]:  # Kafka's meaning: no compaction, retention still runs
+                self._stopping.wait(broker["log.cleaner.backoff.ms"] / 1000.0)
+                continue
             try:
                 candidate = self.manager.grab_filthiest(busy_devices=self.busy_devices())
             except Exception:  # noqa: BLE001 - a failed selection must not kill the thread (KAFKA-8725)
@@ -179,12 +184,14 @@ class CleanerPool:
             if not self.manager.begin_maintenance(status.directory):
                 continue  # being cleaned (a compact,delete round applies retention itself), paused, offline
             try:
-                topic = self.manager.topic_settings(status.topic)
+                topic = self.manager.topic_settings(status.topic, status.log_dir)
                 with PartitionLog.open(status.directory, mode="cleaner", config=topic.log_config(),
                                        lock_timeout_s=_LOCK_WAIT_S) as plog:
                     self._apply_retention(status.directory, plog, topic, now)
             except LockTimeoutError:
                 pass  # another process is cleaning it; next time
+            except LogDirOwnedError as exc:
+                self.manager.broker_owns(status.log_dir, exc)
             except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
                 log.exception("retention failed dir=%s", status.directory)
                 self.manager.mark_uncleanable(status.directory, f"retention: {type(exc).__name__}: {exc}")
@@ -199,7 +206,7 @@ class CleanerPool:
 
     def _clean(self, index: int, candidate: Candidate, offset_map: OffsetMap, ring: WindowRing) -> None:
         directory = candidate.directory
-        device = os.stat(candidate.log_dir).st_dev
+        device = self.throttles.device_of(candidate.log_dir)
         throttle = self.throttles.for_path(candidate.log_dir)
         with self._lock:
             self._busy[index] = device
@@ -210,9 +217,11 @@ class CleanerPool:
 
         def on_bytes(n: int, direction: str) -> None:
             self.metrics.record_io(n, direction)
-            throttle.acquire(n)
 
-        topic = self.manager.topic_settings(candidate.topic)
+        def charge_io(n: int) -> None:  # before each read and write, on the thread doing it; may abort
+            throttle.acquire(n, check_abort=check_abort)
+
+        topic = self.manager.topic_settings(candidate.topic, candidate.log_dir)
         config = topic.log_config()
         try:
             log.info("cleaning dir=%s reason=%s dirty_ratio=%.3f", directory, candidate.reason, candidate.dirty_ratio)
@@ -228,6 +237,7 @@ class CleanerPool:
                     on_bytes=on_bytes,
                     ring=ring,
                     verify=self.manager.settings.broker["log.cleaner.verify"],
+                    charge_io=charge_io,
                 )
                 if "delete" in topic.cleanup_policy and not result.dry_run:
                     # Kafka's cleaner thread, too, deletes a compact,delete log's old segments after cleaning it
@@ -245,6 +255,9 @@ class CleanerPool:
         except LockTimeoutError as exc:
             log.info("partition busy; skipped dir=%s reason=%s", directory, exc)
             self.manager.busy_elsewhere(directory, _BUSY_BACKOFF_MS)
+        except LogDirOwnedError as exc:
+            self.manager.broker_owns(candidate.log_dir, exc)
+            self.manager.aborted(directory)
         except OSError as exc:
             if exc.errno in _DISK_FULL_ERRNOS:
                 self.manager.disk_full(directory, exc)

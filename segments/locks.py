@@ -162,18 +162,21 @@ class PartitionLock:
         return False
 
 
+KAFKA_MAIN_CLASS = "kafka.Kafka"  # a broker's JVM runs this class (bin/kafka-server-start.sh)
+
+
 def _describe_pid(pid: int | None) -> str:
-    """Who holds a lock, in words: "a running Kafka broker (pid N)" when its command line says Kafka."""
+    """Who holds a lock, in words: "a running Kafka broker (pid N)" when it runs Kafka's main class."""
     if pid is None or pid <= 0:
         return "another process"
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            args = f.read().decode("utf-8", "replace").split("\0")
     except OSError:
-        cmdline = ""
-    if "kafka" in cmdline.lower():
+        args = []
+    if KAFKA_MAIN_CLASS in args:
         return f"a running Kafka broker (pid {pid})"
-    name = cmdline.split(" ", 1)[0].rsplit("/", 1)[-1] if cmdline else "unknown command"
+    name = args[0].rsplit("/", 1)[-1] if args and args[0] else "unknown command"
     return f"process {pid} ({name})"
 
 
