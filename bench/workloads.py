@@ -70,7 +70,7 @@ PRODUCER_ID_BASE = 1000
 PARTITION_LEADER_EPOCH = 0
 CHUNK_BYTES_MAX = 64 * MIB  # the padded batch matrix of one chunk
 
-# The 61-byte v2 batch header (kafka-format.md 1.1) as a packed big-endian numpy record.
+# The 61-byte v2 batch header (docs/format.md 1.1) as a packed big-endian numpy record.
 _HEADER = np.dtype(
     [
         ("base_offset", ">i8"),

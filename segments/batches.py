@@ -1,6 +1,6 @@
 """Walking a buffer of concatenated batches of any magic (0, 1, 2): the shape of a `.log` file (pure, no I/O).
 
-Owns the framing rules of `kafka-format.md` section 3 (`.log`): every batch starts with the shared
+Owns the framing rules of `docs/format.md` section 3 (`.log`): every batch starts with the shared
 17-byte prefix (offset, length, 4 magic-dependent bytes, magic), the walker dispatches on byte 16, and
 it tells a torn tail from corruption. It decodes nothing itself beyond that prefix: v2 goes to
 `segments.records`, v0/v1 to `segments.legacy`. It never opens files, reads the clock or logs; the file

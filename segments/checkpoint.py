@@ -1,4 +1,4 @@
-"""Text checkpoint files (kafka-format.md 3.5) and `partition.metadata`: their grammar, reading and writing.
+"""Text checkpoint files (docs/format.md 3.5) and `partition.metadata`: their grammar, reading and writing.
 
 Owns the names of the standard checkpoint files, the pure encode/decode of their text
 (`encode_*`/`decode_*` over bytes), reading them from disk, and writing them the durable way: always

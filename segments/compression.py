@@ -1,6 +1,6 @@
 """Kafka's five compression codecs over byte strings (pure, no I/O).
 
-Owns the stream formats of `kafka-format.md` section 1.6: gzip (RFC 1952), snappy with xerial
+Owns the stream formats of `docs/format.md` section 1.6: gzip (RFC 1952), snappy with xerial
 snappy-java framing (and raw snappy on read), lz4 frame (Kafka's FLG=0x60/BD=0x40 on write; any
 valid frame on read, plus the broken header checksum of magic-0 messages), and zstd (streaming, the
 content size may be absent). All codecs are C/Rust-backed packages.

@@ -1,6 +1,6 @@
 """Kafka on-disk format: constants and byte layouts, nothing else.
 
-This module owns every byte offset and field width of the formats in `shared/docs/kafka-format.md`:
+This module owns every byte offset and field width of the formats in `docs/format.md`:
 record batch v2 (section 1), legacy messages v0/v1 (section 2), index entries (section 3) and the
 file-name grammar. Other modules use these names and never spell a byte offset themselves. It does
 no I/O and holds no state.

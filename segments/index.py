@@ -1,4 +1,4 @@
-"""The offset index (`.index`) and time index (`.timeindex`) of one segment: kafka-format.md 3.1 and 3.2.
+"""The offset index (`.index`) and time index (`.timeindex`) of one segment: docs/format.md 3.1 and 3.2.
 
 Owns opening, appending to, looking up in, truncating, checking, writing and renaming the two sparse
 indexes of a segment, and Kafka's canonical rule for building them from a segment's batches
@@ -852,7 +852,7 @@ def build_offset_index_entries(
     batch_last_offsets: ArrayLike,
     index_interval_bytes: int = fmt.INDEX_INTERVAL_BYTES_DEFAULT,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Kafka's canonical offset-index rule (`LogSegment.recover`, kafka-format.md 3.1) over a segment's batches.
+    """Kafka's canonical offset-index rule (`LogSegment.recover`, docs/format.md 3.1) over a segment's batches.
 
     `lastIndexed = 0`; for each batch at `pos`: if `pos - lastIndexed > index_interval_bytes`, index
     `(batch last offset, pos)` and set `lastIndexed = pos` (so the batch at 0 is never indexed).
@@ -871,7 +871,7 @@ def build_time_index_entries(
     batch_max_timestamps: ArrayLike,
     index_interval_bytes: int = fmt.INDEX_INTERVAL_BYTES_DEFAULT,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Kafka's canonical time-index rule (kafka-format.md 3.2) over a segment's batches, final entry included.
+    """Kafka's canonical time-index rule (docs/format.md 3.2) over a segment's batches, final entry included.
 
     Interpretation, following `LogSegment.recover` and `onBecomeInactiveSegment`:
     * `maxTimestampSoFar` starts at -1 and is updated with each batch's max timestamp *before* that batch

@@ -1,6 +1,6 @@
 """Legacy messages, magic 0 and 1 (message formats v0/v1): decode, and encode for tests (pure, no I/O).
 
-Owns `kafka-format.md` section 2: the `offset | messageSize | crc | magic | attributes | [timestamp] |
+Owns `docs/format.md` section 2: the `offset | messageSize | crc | magic | attributes | [timestamp] |
 key | value` entry, CRC-32 (IEEE, `zlib.crc32`) over magic..end, and compressed "wrapper" entries whose
 value is one compressed inner message set (gzip, snappy, lz4; zstd is forbidden in v0/v1). It never
 opens files, reads the clock or logs.

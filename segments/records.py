@@ -1,6 +1,6 @@
 """Record batch v2: decode and encode, header fields and records as frozen objects (pure, no I/O).
 
-Owns `kafka-format.md` sections 1.1-1.7: the 61-byte header, attributes, CRC-32C, records with
+Owns `docs/format.md` sections 1.1-1.7: the 61-byte header, attributes, CRC-32C, records with
 headers and null keys/values, compression of the records region, control batches and end-transaction
 markers, the delete-horizon bit and empty batches. This is the *object* path, for tools, tests and
 building batches; the cleaner's hot loop uses `segments.scan` over the same bytes.

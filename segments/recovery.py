@@ -1,6 +1,6 @@
 """Crash recovery of the swap protocol's leftover files, exactly as Kafka's `LogLoader` does it.
 
-Owns passes 1-4 of `kafka-format.md` section 4 over one partition directory:
+Owns passes 1-4 of `docs/format.md` section 4 over one partition directory:
 
 1. delete every `*.deleted`; collect `*.cleaned` and let `minCleaned` be their smallest offset; delete
    every `*.swap` whose offset ≥ `minCleaned` (an incomplete `.cleaned → .swap` step); delete every

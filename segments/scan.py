@@ -1,6 +1,6 @@
 """The bulk scan: a buffer of concatenated batches → numpy arrays, with no Python loop per record.
 
-Owns the cleaner's hot read path over `kafka-format.md` sections 1-3: it walks a whole `.log` segment, or a
+Owns the cleaner's hot read path over `docs/format.md` sections 1-3: it walks a whole `.log` segment, or a
 window of one, given as a numpy uint8 array, `bytes`, `bytearray`, `memoryview` or `mmap`, checks every
 batch the way Kafka's reader does and returns one `ScanResult` of column arrays. Batch v2 (magic 2) and
 legacy v0/v1 entries (magic 0/1) may be mixed. It is pure: it never opens files, logs or reads the clock;

@@ -1,4 +1,4 @@
-"""The transaction index (`.txnindex`) of one segment: kafka-format.md 3.3.
+"""The transaction index (`.txnindex`) of one segment: docs/format.md 3.3.
 
 Owns the aborted-transaction entries of a segment: appending them as ABORT markers are written,
 collecting the ones a fetch must report, truncating, checking, writing and renaming the file. Each

@@ -1,4 +1,4 @@
-"""Zigzag base-128 varints and varlongs (kafka-format.md section 1.4), pure Python.
+"""Zigzag base-128 varints and varlongs (docs/format.md section 1.4), pure Python.
 
 The object path (tools, tests, rebuilding batches) uses these; the bulk scan has its own compiled
 decoder with identical rules. Decoding enforces Kafka's limits: at most 5 bytes for a varint and 10 for

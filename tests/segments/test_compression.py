@@ -1,4 +1,4 @@
-"""The five codecs of kafka-format.md section 1.6: round trips, stream framing, limits and corrupt input."""
+"""The five codecs of docs/format.md section 1.6: round trips, stream framing, limits and corrupt input."""
 
 from __future__ import annotations
 

@@ -94,7 +94,7 @@ def naive_build(positions, last_offsets, max_timestamps, interval):
     return offset_entries, time_entries
 
 
-# ---- golden bytes (kafka-format.md 3.2 example) --------------------------------------------------------------
+# ---- golden bytes (docs/format.md 6.7) -------------------------------------------------------------------------
 
 
 def test_offset_index_entry_matches_spec_golden_bytes(tmp_path):

@@ -1,4 +1,4 @@
-"""Legacy v0/v1 messages (kafka-format.md section 2): headers, full decodes, wrappers and corruption.
+"""Legacy v0/v1 messages (docs/format.md section 2): headers, full decodes, wrappers and corruption.
 
 Cross-checks against kafka-python's legacy reader and builder live in test_kafka_python_compat.py.
 """

@@ -306,7 +306,7 @@ def test_key_spans_group_keys_by_source_buffer():
     assert sorted(i for g in result.key_spans(mask) for i in g.record_index.tolist()) == np.flatnonzero(mask).tolist()
 
 
-# ---- golden vectors (kafka-format.md section 6) --------------------------------------------------------------------
+# ---- golden vectors (docs/format.md section 6) --------------------------------------------------------------------
 
 V1 = "00000000000000000000003b00000001020318a2700000000000000000015dff7b063c0000015dff7b063cffffffffffffffffffffffffffff0000000112000000010631323300"
 V2 = "0000000000000001000000400000000202c85cbd230000000000010000015dff7cdd6c0000015dff7cde14ffffffffffffffffffffffffffff000000020c0000000100000e00d00202010000"

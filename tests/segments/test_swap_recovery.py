@@ -1,4 +1,4 @@
-"""The swap protocol and its crash recovery (kafka-format.md section 4), at every step.
+"""The swap protocol and its crash recovery (docs/format.md section 4), at every step.
 
 A `FileOps` that fails at the N-th rename stands in for a crash there; reopening must then show, for the
 group being replaced, either all the old segments or the new one, never neither and never both, with no
