@@ -1,6 +1,6 @@
 """Golden bytes from docs/format.md section 6 pin the v2 and legacy codecs; byte mutations pin the checks.
 
-Covers conformance checklist item 1 (decode V1-V7 to exactly the listed fields, re-encode uncompressed
+Covers conformance checklist item 1 (decode V1-V11 to exactly the listed fields, re-encode uncompressed
 batches to the same bytes, the CRC covers [21, end) but not the partition leader epoch), the varint
 table of section 1.4, the CRC-32C self-test values, and the corruption rules of section 1.5/1.6
 (each corruption reaches its own check because the CRC is fixed up after the mutation). Every vector here is
@@ -32,6 +32,8 @@ from segments.records import (
     encode_control_batch,
 )
 from segments.varint import decode_varint, decode_varlong, encode_varint, varint_size
+
+from ..kafka_fixtures import KAFKA_FIXTURES
 
 # ---- the vectors, verbatim from section 6 -----------------------------------------------------------------
 
@@ -85,6 +87,39 @@ V7_TOMBSTONE = bytes.fromhex(
 )
 V6_V1 = bytes.fromhex("000000000000000000000019478628c201000000015e1867abaeffffffff00000003313233")
 V6_V0 = bytes.fromhex("000000000000000000000011feb01dbf0000ffffffff00000003313233")
+# Derived from docs/format.md and checked against kafka-python's reader when written: V4 in Kafka's lz4 frame
+# settings and in zstd, a tombstone batch stamped with a delete horizon, a kept empty batch, a v1 gzip wrapper.
+V4_LZ4_KAFKA = bytes.fromhex(
+    "000000000000000000000055000000000219d9ba31000300000000000001588dcd5938000000000000000000"
+    "000000000000000000000000000000000104224d186040821500008028000a00080102030406050607020608"
+    "090a040b0c00000000"
+)
+V4_ZSTD = bytes.fromhex(
+    "00000000000000000000004f000000000250c17621000400000000000001588dcd5938000000000000000000"
+    "000000000000000000000000000000000128b52ffd2015a9000028000a00080102030406050607020608090a"
+    "040b0c"
+)
+V9_DELETE_HORIZON = bytes.fromhex(
+    "000000000000000a0000003c0000000002b06ca6c80040000000000000018bd50bc4000000018bcfe568"
+    "00ffffffffffffffffffffffffffff000000011400ffefb25200026b0100"
+)
+V10_KEPT_EMPTY = bytes.fromhex(
+    "0000000000000014000000310000000302c3424a7e000000000004ffffffffffffffff0000018bcfe56804"
+    "000000000000000700010000000c00000000"
+)
+V8_V1_GZIP_WRAPPER = bytes.fromhex(
+    "00000000000000160000006ae9d86bc401010000018bcfe56816ffffffff000000541f8b0800000000000003"
+    "63608003e9f2e74d058c400663f7f9a71922400653b60190642e3332802a01c94a07ba06f3c1958982951942"
+    "94194295318194592d52e8812b13032b338228330200bfec7efe75000000"
+)
+# Real: the first batch of the __cluster_metadata-0 fixture, a KRaft LEADER_CHANGE control record (Kafka 3.8).
+V11_LEADER_CHANGE = bytes.fromhex(
+    "00000000000000000000004f00000001028186d1e5002000000000000001947fb47e10000001947fb47e10"
+    "ffffffffffffffffffffffffffff000000013a0000000800000002260000000000010200000001000200000001"
+    "000000"
+)
+V11_VALUE = bytes.fromhex("00000000000102000000010002000000010000")  # LeaderChangeMessage v0: leader 1, voters [1]
+HORIZON_MS = 1700000000000 + 86_400_000
 
 V4_BASE_TIMESTAMP = 1479847795000
 V4_RECORD = Record(
@@ -144,8 +179,22 @@ VECTORS = {
         (10, 57, 0, 0xCFD5EFF8, 0, 0, 1700000000000, 1700000000000, -1, -1, -1, 1),
         [Record(10, 1700000000000, b"k", None)],
     ),
+    "V4-lz4-kafka": (V4_LZ4_KAFKA, (0, 85, 0, 0x19D9BA31, 3, 0, V4_BASE_TIMESTAMP, 0, 0, 0, 0, 1), [V4_RECORD]),
+    "V4-zstd": (V4_ZSTD, (0, 79, 0, 0x50C17621, 4, 0, V4_BASE_TIMESTAMP, 0, 0, 0, 0, 1), [V4_RECORD]),
+    "V9-horizon": (
+        V9_DELETE_HORIZON,
+        (10, 60, 0, 0xB06CA6C8, 0x40, 0, HORIZON_MS, 1700000000000, -1, -1, -1, 1),
+        [Record(10, 1700000000000, b"k", None)],
+    ),
+    "V10-kept-empty": (V10_KEPT_EMPTY, (20, 49, 3, 0xC3424A7E, 0, 4, -1, 1700000000004, 7, 1, 12, 0), []),
+    "V11-leader-change": (
+        V11_LEADER_CHANGE,
+        (0, 79, 1, 0x8186D1E5, 0x20, 0, 1737309322768, 1737309322768, -1, -1, -1, 1),
+        [Record(0, 1737309322768, bytes.fromhex("00000002"), V11_VALUE)],
+    ),
 }
-UNCOMPRESSED = ["V1", "V2", "V3", "V4-none", "V5-control", "V5-empty", "V7-commit", "V7-tombstone"]
+UNCOMPRESSED = ["V1", "V2", "V3", "V4-none", "V5-control", "V5-empty", "V7-commit", "V7-tombstone", "V10-kept-empty",
+                "V11-leader-change"]
 
 
 FORMAT_DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
@@ -154,7 +203,7 @@ FORMAT_DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"
 def test_every_vector_here_is_written_out_in_docs_format_md():
     text = FORMAT_DOC.read_text()
     written = {name: vector for name, (vector, _fields, _records) in VECTORS.items()}
-    written |= {"V4-records": V4_RECORDS_REGION, "V6-v1": V6_V1, "V6-v0": V6_V0}
+    written |= {"V4-records": V4_RECORDS_REGION, "V6-v1": V6_V1, "V6-v0": V6_V0, "V8": V8_V1_GZIP_WRAPPER}
     assert [name for name, vector in written.items() if vector.hex() not in text] == []
 
 
@@ -211,7 +260,7 @@ def test_v2_second_record_carries_timestamp_delta_168():
     assert [r.timestamp_delta for r in records] == [0, 168]
 
 
-@pytest.mark.parametrize("name", ["V4-gzip", "V4-snappy", "V4-lz4"])
+@pytest.mark.parametrize("name", ["V4-gzip", "V4-snappy", "V4-lz4", "V4-lz4-kafka", "V4-zstd"])
 def test_compressed_v4_batches_hold_the_same_record_as_the_uncompressed_one(name):
     data = VECTORS[name][0]
     batch = decode_batch(data)
@@ -387,6 +436,39 @@ def test_crc_check_can_be_skipped_and_then_the_flipped_value_byte_shows():
     assert batch.records[0].value == b"122"
 
 
+def test_v4_in_kafkas_lz4_frame_settings_is_reproduced_by_encode_batch():
+    built = encode_batch([V4_RECORD], base_offset=0, compression=fmt.COMPRESSION_LZ4, partition_leader_epoch=0,
+                         producer_id=0, producer_epoch=0, base_sequence=0, base_timestamp=V4_BASE_TIMESTAMP,
+                         max_timestamp=0)
+    assert built == V4_LZ4_KAFKA
+    assert built[fmt.RECORD_BATCH_OVERHEAD : fmt.RECORD_BATCH_OVERHEAD + 7] == bytes.fromhex("04224d18604082")
+
+
+def test_v9_is_v7_tombstone_stamped_with_its_delete_horizon_and_the_same_record_time():
+    batch = decode_batch(V9_DELETE_HORIZON)
+    assert batch.header.has_delete_horizon and batch.header.delete_horizon_ms == HORIZON_MS
+    (record,) = batch.records
+    assert record.timestamp_delta == 1700000000000 - HORIZON_MS
+    assert decode_batch(V7_TOMBSTONE).records[0].timestamp == record.timestamp
+    built = encode_batch([Record(10, 1700000000000, b"k", None)], base_offset=10, partition_leader_epoch=0,
+                         delete_horizon_ms=HORIZON_MS)
+    assert built == V9_DELETE_HORIZON
+
+
+def test_v10_kept_empty_batch_keeps_the_offset_range_and_producer_fields():
+    header = decode_batch(V10_KEPT_EMPTY).header
+    assert (header.base_offset, header.last_offset, header.records_count) == (20, 24, 0)
+    assert header.size_bytes == fmt.RECORD_BATCH_OVERHEAD and header.compression == fmt.COMPRESSION_NONE
+
+
+def test_v11_is_the_first_batch_of_the_kraft_fixture_and_a_leader_change():
+    fixture = KAFKA_FIXTURES / "public" / "__cluster_metadata-0" / "00000000000000000000.log"
+    assert fixture.read_bytes()[: len(V11_LEADER_CHANGE)] == V11_LEADER_CHANGE
+    batch = decode_batch(V11_LEADER_CHANGE)
+    assert batch.header.is_control and not batch.header.is_transactional
+    assert decode_control_key(batch.records[0].key) == (0, 2)  # LEADER_CHANGE
+
+
 # ---- legacy V6 ------------------------------------------------------------------------------------------------
 
 
@@ -406,6 +488,16 @@ def test_v6_v0_message_decodes_to_the_listed_fields():
     assert (header.base_offset, header.magic, header.crc, header.attributes) == (0, 0, 0xFEB01DBF, 0)
     assert header.max_timestamp == -1
     assert [(r.offset, r.timestamp, r.key, r.value) for r in batch.records] == [(0, -1, None, b"123")]
+
+
+def test_v8_v1_gzip_wrapper_decodes_to_its_three_inner_messages_at_absolute_offsets():
+    batch = decode_legacy_entry(V8_V1_GZIP_WRAPPER)
+    header = decode_legacy_header(V8_V1_GZIP_WRAPPER)
+    assert (header.base_offset, header.magic, header.crc, header.attributes) == (22, 1, 0xE9D86BC4, 1)
+    assert header.max_timestamp == 1700000000022
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in batch.records] == [
+        (20, 1700000000020, b"k0", b"v20"), (21, 1700000000021, b"k1", b"v21"), (22, 1700000000022, b"k2", b"v22")
+    ]
 
 
 # ---- varints (section 1.4) ----------------------------------------------------------------------------------
