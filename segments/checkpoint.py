@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from .errors import CheckpointError
 from .fileio import DEFAULT_FILE_OPS, FileOps
-from .pathcheck import open_no_follow
+from .pathcheck import check_regular_fd, open_no_follow
 
 __all__ = [
     "CHECKPOINT_BYTES_MAX",
@@ -216,12 +216,18 @@ def encode_leader_epoch_checkpoint(entries: Iterable[tuple[int, int]]) -> bytes:
 
 
 def _read_limited(path: str | os.PathLike, bytes_max: int) -> bytes | None:
-    """The file's bytes (at most `bytes_max + 1` are read, so the caller can see it is too big), or None."""
+    """The file's bytes (at most `bytes_max + 1` are read, so the caller can see it is too big), or None.
+
+    Raises `LinkRefusedError` for a link, `NotRegularFileError` for a FIFO, socket, device or directory.
+    """
     try:
-        fd = open_no_follow(path, os.O_RDONLY)  # a checkpoint that is a symbolic link is refused, never read
+        # A checkpoint that is a symbolic link is refused, never read. O_NONBLOCK: opening a FIFO would
+        # otherwise block until someone writes to it; it is refused by the fstat below instead.
+        fd = open_no_follow(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     with open(fd, "rb") as f:
+        check_regular_fd(fd, path)
         return f.read(bytes_max + 1)
 
 

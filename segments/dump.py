@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import format as fmt
 from .errors import CorruptIndexError, CorruptRecordError
-from .pathcheck import check_not_link
+from .pathcheck import check_regular_file
 from .records import RecordBatch, decode_control_key
 from .recovery import parse_segment_file_name
 
@@ -86,13 +86,14 @@ def dump_file(
     """Dicts describing the file's content. `print_data` implies `deep_iteration`.
 
     Raises `CorruptRecordError`/`CorruptIndexError` (with file and position) at the first bad entry,
-    after yielding everything before it; `LinkRefusedError` if `path` is a symbolic link.
+    after yielding everything before it; `LinkRefusedError` if `path` is a symbolic link,
+    `NotRegularFileError` if it is a FIFO, socket, device or directory (it is not opened: a FIFO would block).
     """
     path = Path(path)
     parsed = parse_segment_file_name(path.name)
     if parsed is None:
         raise ValueError(f"{path}: not a segment file name (<20-digit offset>.log/.index/.timeindex/.txnindex)")
-    check_not_link(path)  # LinkRefusedError: a segment file that is a symbolic link is not followed
+    check_regular_file(path)  # a segment file that is a link is not followed, a FIFO or the like not opened
     if parsed.kind == fmt.LOG_SUFFIX:
         yield from _dump_log(path, parsed.offset, deep_iteration or print_data, print_data)
     elif parsed.kind in (fmt.INDEX_SUFFIX, fmt.TIME_INDEX_SUFFIX):

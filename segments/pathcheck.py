@@ -1,6 +1,6 @@
-"""What logcleaner accepts inside a log dir: partition directory names, and no symbolic links.
+"""What logcleaner accepts inside a log dir: partition directory names, no symbolic links, only regular files.
 
-Owns two rules and the helpers that enforce them; it reads directory entries (`lstat`, `scandir`) and
+Owns three rules and the helpers that enforce them; it reads directory entries (`lstat`, `scandir`) and
 never reads or writes a file's content.
 
 * Names. A partition directory is `<topic>-<partition>`, split at the last `-`, as Kafka names them: the
@@ -15,16 +15,24 @@ never reads or writes a file's content.
   in it is opened; opens that create or truncate files add `O_NOFOLLOW` on top (`open_no_follow`), so a
   link that appears after the check fails the open instead of being written through. A log dir path
   itself may be a link (the operator's choice); callers resolve it once.
+* Regular files only. An entry of a partition directory whose name logcleaner would open (a segment, index,
+  snapshot, checkpoint, metadata or lock file, with any `.cleaned`/`.swap`/`.deleted`/`.tmp` suffix;
+  `is_partition_file_name`) and that is not a regular file — a FIFO, a socket, a device, a directory — is
+  refused like a link (`NotRegularFileError`, naming it and what it is), by `check_partition_dir` from the
+  listing's `lstat`, before anything is opened: opening a FIFO blocks until someone opens its other end, so
+  it must never be opened at all. Entries with other names are never opened and are left alone. A single
+  file named on a command line is checked the same way (`check_regular_file`); a log-dir checkpoint is
+  opened non-blocking and checked with `fstat` before it is read (`segments.checkpoint`).
 
 * Owners. Files that cleaning writes in place of a segment's files take that segment's mode and, when
   the cleaner runs as root, its owner and group (`copy_ownership`), so the log's writer (a broker, a
   writer process running as another user) keeps the access it had. A cleaner that is not root cannot
   give files away: it keeps the mode, and the files become its own.
 
-Limits of the link rule: `O_NOFOLLOW` guards the last path component only, and the listing check and the
-open are two steps. Someone who can rename entries inside a log dir between the two could still redirect
-an open; such a person can rewrite the data anyway. The rule is against links left by operators, tools
-and backups, not against an attacker with write access to the log dir.
+Limits of the link and regular-file rules: `O_NOFOLLOW` guards the last path component only, and the
+listing check and the open are two steps. Someone who can rename entries inside a log dir between the two could still redirect
+an open; such a person can rewrite the data anyway. The rules are against links and special files left by
+operators, tools and backups, not against an attacker with write access to the log dir.
 
 Names from the filesystem may hold any bytes (newlines, invalid UTF-8); `display_path` renders them on
 one printable line for logs, error messages and JSON.
@@ -40,20 +48,25 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import LinkRefusedError, LogStateError
+from .errors import LinkRefusedError, LogStateError, NotRegularFileError
 from .recovery import parse_segment_file_name
 
 __all__ = [
     "LINK_REFUSED",
+    "NOT_REGULAR",
     "PARTITION_MAX",
     "RefusedPath",
     "TOPIC_NAME_CHARS_MAX",
     "check_not_link",
     "check_partition_dir",
+    "check_regular_fd",
+    "check_regular_file",
     "copy_ownership",
     "describe_os_error",
+    "describe_file_kind",
     "display_path",
     "find_partition_dirs",
+    "is_partition_file_name",
     "is_known_non_partition_dir",
     "open_no_follow",
     "parse_partition_dir_name",
@@ -61,6 +74,13 @@ __all__ = [
 ]
 
 LINK_REFUSED = "is a symbolic link; logcleaner does not follow links inside a log dir"
+NOT_REGULAR = "not a regular file; logcleaner reads and writes only regular files inside a log dir"
+# Files of a partition directory that are not segment-named but that logcleaner opens (`segments.checkpoint`,
+# `segments.locks`, `cleaner.generations`); spelled here because those modules import this one.
+_PARTITION_FILE_NAMES = frozenset({
+    "leader-epoch-checkpoint", "partition.metadata", ".logcleaner-generations",
+    ".writer.lock", ".cleaner.lock", ".swap.lock",
+})
 TOPIC_NAME_CHARS_MAX = 249  # Kafka's Topic.MAX_NAME_LENGTH
 PARTITION_MAX = 2**31 - 1  # partitions are int32 on the wire and in checkpoints
 _TOPIC = re.compile(r"[A-Za-z0-9._-]+")
@@ -118,11 +138,55 @@ def check_not_link(path: str | os.PathLike) -> os.stat_result:
     return st
 
 
-def check_partition_dir(directory: str | os.PathLike) -> None:
-    """Require `directory` to be a real directory holding no symbolic link, before anything in it is opened.
+def describe_file_kind(mode: int) -> str:
+    """What a file of `st_mode` is, with its article: "a FIFO (named pipe)", "a socket", "a directory", ..."""
+    for test, kind in (
+        (stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"
 
-    Raises `LinkRefusedError` naming the directory or the first link found in it, `LogStateError` if it
-    is not a directory, `OSError` if it cannot be listed (e.g. `PermissionError`).
+
+def is_partition_file_name(name: str) -> bool:
+    """Whether logcleaner may open a file of this name in a partition directory: a segment, index, snapshot
+    (any `.cleaned`/`.swap`/`.deleted` state), checkpoint, metadata or lock file, or one of their `.tmp` files."""
+    name = name.removesuffix(".tmp")
+    return name in _PARTITION_FILE_NAMES or parse_segment_file_name(name) is not None
+
+
+def check_regular_file(path: str | os.PathLike) -> os.stat_result:
+    """`lstat(path)` of a regular file, without opening it.
+
+    Raises `LinkRefusedError` for a symbolic link, `NotRegularFileError` (naming what it is) for a FIFO,
+    socket, device or directory, `OSError` if it cannot be stat'ed (`FileNotFoundError` if it is missing).
+    """
+    st = check_not_link(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFileError(path, describe_file_kind(st.st_mode))
+    return st
+
+
+def check_regular_fd(fd: int, path: str | os.PathLike) -> None:
+    """Raise `NotRegularFileError` (naming `path` and what it is) unless the open `fd` is a regular file.
+
+    For a file opened without a listing check: open it with `O_NONBLOCK` (so a FIFO is not waited on) and
+    check it here before reading from it. The caller closes `fd` either way.
+    """
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFileError(path, describe_file_kind(mode))
+
+
+def check_partition_dir(directory: str | os.PathLike) -> None:
+    """Require `directory` to be a real directory holding no symbolic link and, under the names logcleaner
+    opens (`is_partition_file_name`), only regular files, before anything in it is opened.
+
+    Raises `LinkRefusedError` naming the directory or the first link found in it, `NotRegularFileError`
+    naming the first FIFO, socket, device or directory found under such a name, `LogStateError` if it is
+    not a directory, `OSError` if it cannot be listed (e.g. `PermissionError`). Nothing in it is opened.
     """
     st = check_not_link(directory)
     if not stat.S_ISDIR(st.st_mode):
@@ -131,6 +195,12 @@ def check_partition_dir(directory: str | os.PathLike) -> None:
         for entry in entries:
             if entry.is_symlink():
                 raise LinkRefusedError(Path(directory) / entry.name)
+            if is_partition_file_name(entry.name) and not entry.is_file(follow_symlinks=False):
+                try:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                except FileNotFoundError:
+                    continue  # removed since the listing (a swap's old files): nothing to open
+                raise NotRegularFileError(Path(directory) / entry.name, describe_file_kind(mode))
 
 
 def open_no_follow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:

@@ -9,6 +9,8 @@ readable checkpoints, and no leftover temporary files (`.cleaned`, `.swap`, `.de
 Paths are classified as `segments.pathcheck.find_partition_dirs` does: a symbolic link inside a log dir
 (a partition directory, a segment, index or checkpoint file) is a problem and is never followed, and so
 is a directory of segment files whose name is not `<topic>-<partition>` (the cleaner would ignore it).
+A FIFO, socket, device or directory under a name the cleaner opens (`segments.pathcheck`, "Regular files
+only") is a problem and is never opened (opening a FIFO blocks).
 
 It never writes, creates or renames anything. Each problem is one `Problem` naming the file and the
 byte position. A missing `.index`/`.timeindex` is not a problem (open rebuilds them, as Kafka does).
@@ -17,6 +19,7 @@ byte position. A missing `.index`/`.timeindex` is not a problem (open rebuilds t
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +28,10 @@ import numpy as np
 
 from . import format as fmt
 from .checkpoint import read_offset_checkpoint
-from .errors import CheckpointError, CorruptIndexError, CorruptRecordError, LinkRefusedError
-from .pathcheck import LINK_REFUSED, display_path, find_partition_dirs
+from .errors import CheckpointError, CorruptIndexError, CorruptRecordError, LinkRefusedError, NotRegularFileError
+from .pathcheck import (
+    LINK_REFUSED, NOT_REGULAR, describe_file_kind, display_path, find_partition_dirs, is_partition_file_name,
+)
 from .records import decode_control_key
 from .recovery import parse_segment_file_name
 
@@ -91,7 +96,7 @@ def verify_paths(paths: list[str | os.PathLike]) -> VerifySummary:
                     summary.problems.append(Problem(display_path(item.path), 0, item.reason))
             for partition in partitions:
                 _verify_partition(partition, summary)
-        elif _is_link(path, summary):
+        elif _is_link(path, summary) or _is_special(path, summary):
             continue
         elif path.is_file():
             _verify_file(path, summary)
@@ -108,6 +113,26 @@ def _is_link(path: Path, summary: VerifySummary) -> bool:
     return True
 
 
+def _is_special(path: Path, summary: VerifySummary) -> bool:
+    """Whether `path` exists and is not a regular file (then a problem is recorded and it must not be opened)."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return False
+    if stat.S_ISREG(mode):
+        return False
+    summary.problems.append(Problem(display_path(path), 0, f"is {describe_file_kind(mode)}, {NOT_REGULAR}"))
+    return True
+
+
+def _regular(path: Path) -> bool:
+    """Whether `path` is a regular file (not a link, FIFO, socket, device or directory): safe to open."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
 def _verify_checkpoints(root: Path, summary: VerifySummary) -> None:
     for name in _ROOT_CHECKPOINTS:
         try:
@@ -116,6 +141,8 @@ def _verify_checkpoints(root: Path, summary: VerifySummary) -> None:
             summary.problems.append(Problem(exc.path, 0, f"line {exc.line}: {exc.reason}"))
         except LinkRefusedError as exc:
             summary.problems.append(Problem(display_path(exc.path), 0, LINK_REFUSED))
+        except NotRegularFileError as exc:
+            summary.problems.append(Problem(display_path(exc.path), 0, f"is {exc.kind}, {NOT_REGULAR}"))
         if (root / (name + ".tmp")).exists():
             summary.problems.append(Problem(str(root / (name + ".tmp")), 0, "leftover temporary checkpoint file"))
 
@@ -132,7 +159,7 @@ def _verify_file(path: Path, summary: VerifySummary) -> None:
             _check_batch_offsets(path, parsed.offset, scan, None, summary)
     elif parsed.kind in (fmt.INDEX_SUFFIX, fmt.TIME_INDEX_SUFFIX):
         log_path = path.with_name(fmt.offset_file_name(parsed.offset, fmt.LOG_SUFFIX))
-        scan = _scan_log(log_path, VerifySummary(), allow_torn_tail=True) if log_path.exists() else None
+        scan = _scan_log(log_path, VerifySummary(), allow_torn_tail=True) if _regular(log_path) else None
         _check_indexes(path.parent, parsed.offset, scan, summary, only=parsed.kind, is_active=False)
     elif parsed.kind == fmt.TXN_INDEX_SUFFIX:
         _check_txn_index(path, parsed.offset, summary)
@@ -145,6 +172,8 @@ def _verify_partition(directory: Path, summary: VerifySummary) -> None:
     for name in names:
         if _is_link(directory / name, summary):
             continue
+        if is_partition_file_name(name) and _is_special(directory / name, summary):
+            continue  # never opened; a .log of that name is not a segment
         if name.endswith(".tmp"):
             summary.problems.append(Problem(str(directory / name), 0, "leftover temporary file"))
         parsed = parse_segment_file_name(name)
@@ -181,7 +210,7 @@ def _verify_partition(directory: Path, summary: VerifySummary) -> None:
             previous_next = max(previous_next, base)
         _check_indexes(directory, base, scan, summary, only=None, is_active=is_active)
         txn = directory / fmt.offset_file_name(base, fmt.TXN_INDEX_SUFFIX)
-        if txn.exists():
+        if _regular(txn):
             _check_txn_index(txn, base, summary)
 
 
@@ -294,7 +323,7 @@ def _check_indexes(directory: Path, base: int, scan: _SegmentScan | None, summar
     log_size = scan.valid_bytes if scan is not None else None
     if index_path.is_symlink() or time_path.is_symlink():
         return  # reported with the partition's listing (or by `_verify_file`), never opened
-    if only in (None, fmt.INDEX_SUFFIX) and index_path.exists():
+    if only in (None, fmt.INDEX_SUFFIX) and _regular(index_path):  # a FIFO etc. was reported with the listing
         index = OffsetIndex(index_path, base, read_only=True)
         if is_active:
             index.truncate_to_entries(_entries_before_preallocation(index_path, fmt.OFFSET_INDEX_ENTRY.size))
@@ -308,7 +337,7 @@ def _check_indexes(directory: Path, base: int, scan: _SegmentScan | None, summar
                     _check_offset_entries(index_path, index, scan, summary)
         finally:
             index.close()
-    if only in (None, fmt.TIME_INDEX_SUFFIX) and time_path.exists():
+    if only in (None, fmt.TIME_INDEX_SUFFIX) and _regular(time_path):
         index = TimeIndex(time_path, base, read_only=True)
         if is_active:
             index.truncate_to_entries(_entries_before_preallocation(time_path, fmt.TIME_INDEX_ENTRY.size))

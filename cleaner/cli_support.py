@@ -1,0 +1,152 @@
+"""What every `logcleaner` command shares with the others, beside its own options: how it ends when its reader
+goes away, and how the library's notes about indexes rebuilt in memory reach the user.
+
+Owns two things for `cleaner.cli` and prints nothing of its own but those notes:
+
+* **A closed pipe** (`logcleaner dump FILE | head`, any command whose output is cut short). The command stops
+  at its next write, quietly, as `cat` does: no message, nothing more written, exit status 141 — 128 +
+  SIGPIPE, what a shell reports for `cat` killed by SIGPIPE, so a script under `set -o pipefail` sees the
+  same failure it would see with `cat`, and one without it sees the status of the pipeline's last command.
+  Python ignores SIGPIPE and raises `BrokenPipeError` instead; `CommandGroup` catches it around every
+  command, once, and points stdout and stderr at /dev/null so that the interpreter's final flush writes
+  nothing either (Python's documentation, "Note on SIGPIPE"). Work already done stays done: `clean` writes
+  a partition's line after that partition is finished, never in the middle of it.
+* **Indexes rebuilt in memory.** A read-only command opens partitions as a reader, and a reader that finds
+  an index failing its sanity check rebuilds it in memory (`segments.log.IndexRebuild`, logged as a
+  key=value warning). Every partition that Kafka was writing has such an index: Kafka preallocates the
+  active segment's index files and trims them only when the segment stops being active. `index_notes`
+  turns those warnings into sentences on stderr, said once per command run, at its end: one sentence for
+  all the untrimmed ones, one per index that is wrong in another way. The daemon (`run`) keeps its log lines.
+
+It must not change what a command does otherwise: no other exception is caught, no other log record is
+touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+
+import click
+
+from segments.log import IndexRebuild
+from segments.pathcheck import display_path
+
+__all__ = ["BROKEN_PIPE_EXIT", "CommandGroup", "index_notes", "notes_on_rebuilt_indexes"]
+
+BROKEN_PIPE_EXIT = 128 + 13  # 128 + SIGPIPE: the status a shell reports for `cat` killed by a closed pipe
+_NOTE_FILES_SHOWN_MAX = 3  # untrimmed indexes named in the note; the rest are counted
+_INDEX_LOGGER = "segments.log"  # where `IndexRebuild` warnings are logged
+_UNTRIMMED = "no trimmed end (as Kafka leaves an active segment's)"
+
+
+class CommandGroup(click.Group):
+    """The `logcleaner` group: every command ends quietly with `BROKEN_PIPE_EXIT` when its output pipe closes."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            try:
+                return super().invoke(ctx)
+            finally:
+                # Output still in Python's buffer meets a closed pipe here, where it can be handled, rather
+                # than in the interpreter's final flush ("Exception ignored ... BrokenPipeError", status 120).
+                if sys.stdout is not None:
+                    sys.stdout.flush()
+        except BrokenPipeError:
+            _silence_broken_streams()
+            ctx.exit(BROKEN_PIPE_EXIT)
+
+
+def _silence_broken_streams() -> None:
+    """Point stdout and stderr at /dev/null where they cannot be written, so nothing more goes to a closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is None or _flushes(stream):
+                continue  # this one still works (the closed pipe was the other one)
+            try:
+                fd = stream.fileno()
+            except (OSError, ValueError):
+                continue  # no file descriptor (click's CliRunner): nothing outlives the command to write to it
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _flushes(stream) -> bool:
+    """Whether `stream` can still be flushed (False: its pipe is closed)."""
+    try:
+        stream.flush()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+class _IndexNotes(logging.Filter):
+    """Takes the in-memory `IndexRebuild` warnings off the `segments.log` logger and keeps them, once each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.untrimmed: list[IndexRebuild] = []
+        self.other: list[IndexRebuild] = []
+        self._seen: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        event = getattr(record, "index_rebuild", None)
+        if not isinstance(event, IndexRebuild) or not event.in_memory:
+            return True  # any other record goes on as it would have
+        key = (str(event.directory), event.file)
+        if key not in self._seen:
+            self._seen.add(key)
+            (self.untrimmed if event.untrimmed else self.other).append(event)
+        return False
+
+    def sentences(self) -> list[str]:
+        """The notes to print: one for every untrimmed index together, one per other rebuilt index."""
+        out = []
+        if len(self.untrimmed) == 1:
+            out.append(f"note: {_where(self.untrimmed[0])} has {_UNTRIMMED}; it was rebuilt in memory, "
+                       "the file was not changed")
+        elif self.untrimmed:
+            named = ", ".join(_where(e) for e in self.untrimmed[:_NOTE_FILES_SHOWN_MAX])
+            rest = len(self.untrimmed) - _NOTE_FILES_SHOWN_MAX
+            named += f" and {rest} more" if rest > 0 else ""
+            out.append(f"note: {len(self.untrimmed)} index files have {_UNTRIMMED}: {named}; they were rebuilt "
+                       "in memory, the files were not changed")
+        for e in self.other:
+            out.append(f"note: {_where(e)} does not match its log (byte {e.position}: {e.reason}); it was rebuilt "
+                       "in memory, the file was not changed")
+        return out
+
+
+def _where(event: IndexRebuild) -> str:
+    return f"{display_path(event.file)} in {display_path(event.directory.name)}"
+
+
+@contextlib.contextmanager
+def index_notes() -> Iterator[None]:
+    """While it is open, in-memory index rebuilds are not logged but noted; on leaving, the notes go to stderr."""
+    notes = _IndexNotes()
+    logger = logging.getLogger(_INDEX_LOGGER)
+    logger.addFilter(notes)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notes)
+        for sentence in notes.sentences():
+            click.echo(sentence, err=True)
+
+
+def notes_on_rebuilt_indexes(command: Callable) -> Callable:
+    """Decorator for a read-only command: its in-memory index rebuilds are said in words, once, at its end."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        with index_notes():
+            return command(*args, **kwargs)
+
+    return wrapper
