@@ -1,7 +1,7 @@
 """Idle-log maintenance: roll the active segment of a compacted log nobody writes to any more.
 
 Owns the fix for Kafka's "tombstones and duplicates in the active segment stay forever on idle topics"
-(cleaner-behaviour.md 4.3): Kafka rolls an active segment only when a record arrives, so a log that stops
+(docs/kafka-cleaner.md section 4.3): Kafka rolls an active segment only when a record arrives, so a log that stops
 receiving writes keeps its last segment uncompacted indefinitely. Here, when a compacted topic has a finite
 `max.compaction.lag.ms`, its active segment is non-empty, its file has not changed for that long and its
 first batch is that old, and no writer process holds the partition (`.writer.lock`), the daemon opens it as

@@ -8,7 +8,7 @@ of dirty segments; no log is held open), picking the filthiest eligible log (rat
 tombstones whose horizon has passed), and the per-partition state machine: idle → in progress → idle,
 in progress → aborted → paused, paused(n) ↔ paused(n±1) with counted pauses.
 
-Where it does better than Kafka (cleaner-behaviour.md section 4): an uncleanable partition is retried when
+Where it does better than Kafka (docs/kafka-cleaner.md section 4): an uncleanable partition is retried when
 its files change or after a backoff that doubles up to a cap, instead of staying stuck until restart; a
 log whose expired tombstones wait only for a second pass is selected again once their horizon passes; a
 log dir whose files raise an I/O error goes offline alone; concurrent cleanings are spread over devices.

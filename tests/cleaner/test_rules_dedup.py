@@ -1,7 +1,7 @@
 """Deduplication rules of a cleaning round: the latest record per key survives, batches keep their shape.
 
 Each test builds a small log with explicit keys, timestamps and batch boundaries, runs `clean_round` and
-asserts the exact records and batch headers that remain (docs/format.md section 5, cleaner-behaviour.md
+asserts the exact records and batch headers that remain (docs/format.md section 5, docs/kafka-cleaner.md
 section 2.5).
 """
 

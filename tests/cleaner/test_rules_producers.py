@@ -1,7 +1,7 @@
 """Producer-state preservation: an active producer's last batch survives, as an empty header if need be.
 
 The empty header keeps the producer id, epoch and base sequence and the batch's offset range, so that a
-broker reloading the log still knows the producer's last sequence (cleaner-behaviour.md section 2.7).
+broker reloading the log still knows the producer's last sequence (docs/kafka-cleaner.md section 2.7).
 """
 
 from __future__ import annotations
