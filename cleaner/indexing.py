@@ -90,15 +90,18 @@ def _hashes_in_order(result, records: np.ndarray, seed: int) -> tuple[np.ndarray
     return h1, h2
 
 
-def _hashed_windows(segments, survey: LogSurvey, first_dirty: int, first_uncleanable: int, seed: int, ring: WindowRing):
+def _hashed_windows(segments, survey: LogSurvey, first_dirty: int, first_uncleanable: int, seed: int, ring: WindowRing,
+                    charge_io: Callable[[int], None] | None = None):
     """(k, scan result, records to index, their h1, h2) per window of the dirty section, then (k, None, ...)
-    once segment k is done; runs on the read-ahead thread (reads, scans and hashes, all outside the GIL)."""
+    once segment k is done; runs on the read-ahead thread (charges each read to `charge_io` before it, reads,
+    scans and hashes, all outside the GIL)."""
     for k, segment in enumerate(segments):
         # The offset index is consulted only to start inside a segment (after a round that filled its map); a
         # section that starts at a segment's base reads it from its first byte and never trusts a derived file.
         found = segment.translate_offset(first_dirty) if segment.base_offset < first_dirty else None
         for _, result in segment.scan_windows(
-            found[0] if found is not None else 0, window_bytes=ring.window_bytes, ring=ring, verify_crc=False
+            found[0] if found is not None else 0, window_bytes=ring.window_bytes, ring=ring, verify_crc=False,
+            before_read=charge_io,
         ):
             aborted = survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional)
             eligible = ~result.is_control & ~aborted
@@ -122,11 +125,13 @@ def build_offset_map(
     check_abort: Callable[[], None] = lambda: None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     ring: WindowRing | None = None,
+    charge_io: Callable[[int], None] | None = None,
 ) -> IndexResult:
     """Fill `offset_map` (cleared by the caller) from the dirty section; see the module docstring.
 
     `check_abort` is called at each window (it raises to abort the round); `on_bytes(n, "read")` is told the
-    bytes read (the I/O throttle); `ring` holds the read buffers (a new one if None). Raises
+    bytes read, after each window; `charge_io(n)` is called before each read of n bytes, on the read-ahead
+    thread (the I/O throttle; it may raise to abort); `ring` holds the read buffers (a new one if None). Raises
     `CorruptRecordError` naming the file and position.
     """
     started = time.monotonic()
@@ -136,7 +141,7 @@ def build_offset_map(
     next_offsets = {s.base_offset: s.next_offset for s in survey.segments}  # from the headers, not the indexes
     segments = [s for s in log.segments if s.base_offset < first_uncleanable and next_offsets[s.base_offset] > first_dirty]
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
-    windows = _hashed_windows(segments, survey, first_dirty, first_uncleanable, offset_map.seed, ring)
+    windows = _hashed_windows(segments, survey, first_dirty, first_uncleanable, offset_map.seed, ring, charge_io)
     for k, result, selected, h1, h2 in read_ahead(windows, name="index-read-ahead"):
         if result is None:
             # Segment k is indexed whole: skip the offset gap up to the next segment (KAFKA-8764).

@@ -18,6 +18,7 @@ for the gauges (so they are never stale). Names:
 | logcleaner_io_bytes_total{direction} | bytes read and written by cleaning |
 | logcleaner_partition_dirty_ratio{topic,partition,log_dir} | per partition |
 | logcleaner_partition_cleanable_bytes{topic,partition,log_dir} | per partition |
+| logcleaner_partition_next_delete_horizon_seconds{topic,partition,log_dir} | when a kept tombstone's or marker's delete horizon passes next (epoch seconds, as of its last round; -1: none) |
 | logcleaner_round_duration_seconds | histogram of round durations |
 | logcleaner_rounds_total{result} | rounds by outcome: ok, aborted, failed |
 | logcleaner_records_removed_total, logcleaner_bytes_removed_total | what cleaning removed |
@@ -25,7 +26,10 @@ for the gauges (so they are never stale). Names:
 | logcleaner_threads_alive, logcleaner_log_dirs_offline | pool and log-dir health |
 | logcleaner_log_dir_bytes{log_dir} | bytes of the log dir's partitions (as last surveyed) |
 | logcleaner_log_dir_free_bytes{log_dir}, logcleaner_log_dir_capacity_bytes{log_dir} | its filesystem |
-| logcleaner_io_budget_bytes_per_second | the throttle's budget (per device) |
+| logcleaner_io_budget_bytes_per_second | the throttle's budget (each device gets all of it) |
+| logcleaner_io_throttle_bytes_per_second{device} | cleaning I/O the device's budget let through, per second over the last 10 s |
+| logcleaner_io_throttle_utilization{device} | that as a fraction of the budget (0 when unlimited) |
+| logcleaner_io_throttle_wait_seconds_total{device} | time cleaning threads waited for the device's budget |
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import threading
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 __all__ = ["CleanerMetrics"]
 
@@ -145,6 +149,18 @@ class _StateCollector:
                     state["io_budget_bytes_per_second"])
         yield gauge("logcleaner_log_dirs_offline", "Log dirs taken offline after I/O errors.",
                     state["log_dirs_offline"])
+        throttles = state.get("io_throttles", {})  # device -> (bytes/s let through, utilization, wait seconds)
+        yield gauge("logcleaner_io_throttle_bytes_per_second",
+                    "Cleaning I/O the device's budget let through, bytes per second over the last 10 s.", None,
+                    ["device"], [([d], v[0]) for d, v in throttles.items()])
+        yield gauge("logcleaner_io_throttle_utilization",
+                    "Cleaning I/O over the last 10 s as a fraction of the device's budget (0 when unlimited).", None,
+                    ["device"], [([d], v[1]) for d, v in throttles.items()])
+        waited = CounterMetricFamily("logcleaner_io_throttle_wait_seconds",
+                                     "Seconds cleaning threads waited for the device's I/O budget.", labels=["device"])
+        for d, v in throttles.items():
+            waited.add_metric([d], v[2])
+        yield waited
         uncleanable = state["uncleanable"]  # log_dir -> (count, bytes)
         yield gauge("logcleaner_uncleanable_partitions", "Partitions marked uncleanable.", None, ["log_dir"],
                     [([d], c) for d, (c, _) in uncleanable.items()])
@@ -163,3 +179,7 @@ class _StateCollector:
                     [([t, str(p), d], r) for t, p, d, r, _ in partitions])
         yield gauge("logcleaner_partition_cleanable_bytes", "Cleanable bytes of each partition.", None, labels,
                     [([t, str(p), d], c) for t, p, d, _, c in partitions])
+        horizons = state.get("delete_horizons", [])  # (topic, partition, log_dir, next horizon ms or -1)
+        yield gauge("logcleaner_partition_next_delete_horizon_seconds",
+                    "When the next kept tombstone's or marker's delete horizon passes, epoch seconds (-1: none).",
+                    None, labels, [([t, str(p), d], h / 1000.0 if h >= 0 else -1.0) for t, p, d, h in horizons])

@@ -390,11 +390,14 @@ def clean_group(
     check_abort: Callable[[], None] = lambda: None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     ring: WindowRing | None = None,
+    charge_io: Callable[[int], None] = lambda n: None,
 ) -> LogSegment | None:
     """Write the `.cleaned` segment replacing `group` (fsynced, mtime of the group's last segment).
 
     Returns it unswapped (None in a dry run). On any error the `.cleaned` files are removed and the error
     propagates; the log itself is untouched. `ring` holds the read buffers (a new one if None).
+    `charge_io(n)` is called before each read (on the read-ahead thread) and each write of n bytes (the I/O
+    throttle: it may block, or raise to abort); `on_bytes(n, direction)` after each.
     """
     started = time.monotonic()
     cleaned = None if ctx.dry_run else log.new_cleaned_segment(group[0].base_offset)
@@ -407,7 +410,7 @@ def clean_group(
         kept_markers: list[int] = []
         output = _OutputBuffer()
         for result, action, keep, needs_horizon, invalid in read_ahead(
-            _decided_windows(group, ctx, ring if ring is not None else WindowRing(WINDOW_BYTES)),
+            _decided_windows(group, ctx, ring if ring is not None else WindowRing(WINDOW_BYTES), charge_io),
             name="recopy-read-ahead",
         ):
             check_abort()
@@ -430,6 +433,7 @@ def clean_group(
                 stats.bytes_written += written
                 on_bytes(written, "write")
                 if cleaned is not None:
+                    charge_io(written)
                     cleaned.append_batches(
                         memoryview(output.data)[:written], output.positions[:batches],
                         output.last_offsets[:batches], output.max_timestamps[:batches],
@@ -437,6 +441,9 @@ def clean_group(
                     faults.hit("recopy.mid_group")
         if cleaned is not None:
             _write_txn_index(cleaned, group, kept_markers, original_txns, ctx.survey)
+            # The index files are written at finalise: with a small index.interval.bytes they are not small.
+            charge_io((cleaned.offset_index.entries + 1) * fmt.OFFSET_INDEX_ENTRY.size
+                      + (cleaned.time_index.entries + 1) * fmt.TIME_INDEX_ENTRY.size)
             cleaned.finalise()
             cleaned.set_last_modified_ns(group[-1].last_modified_ns())
             faults.hit("recopy.group_written")
@@ -450,15 +457,18 @@ def clean_group(
         stats.elapsed_s += time.monotonic() - started
 
 
-def _decided_windows(group: list[LogSegment], ctx: RecopyContext, ring: WindowRing):
+def _decided_windows(group: list[LogSegment], ctx: RecopyContext, ring: WindowRing,
+                     charge_io: Callable[[int], None] | None = None):
     """(scan result, actions, keep mask, needs horizon, invalid count) per window of `group`, in order; runs on
-    the read-ahead thread (reads, scans and decides; the map and the survey are only read in this phase)."""
+    the read-ahead thread (charges each read to `charge_io` before it, reads, scans and decides; the map and
+    the survey are only read in this phase)."""
     nonempty = [k for k, s in enumerate(group) if s.size_bytes > 0]
     last_nonempty = nonempty[-1] if nonempty else -1
     for k, seg in enumerate(group):
         retain_legacy_tombstones = seg.last_modified_ns() // 1_000_000 > ctx.legacy_delete_horizon_ms
         size = seg.size_bytes
-        for _, result in seg.scan_windows(window_bytes=ring.window_bytes, ring=ring, verify_crc=False):
+        for _, result in seg.scan_windows(window_bytes=ring.window_bytes, ring=ring, verify_crc=False,
+                                          before_read=charge_io):
             group_last = result.n_batches - 1 if (k == last_nonempty and result.end_position == size) else -1
             yield (result, *_decide(result, ctx, retain_legacy_tombstones, group_last))
 

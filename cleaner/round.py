@@ -135,6 +135,7 @@ def clean_round(
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     ring: WindowRing | None = None,
     verify: bool = False,
+    charge_io: Callable[[int], None] = lambda n: None,
 ) -> RoundResult:
     """Clean `log_` (opened in cleaner mode) once; see the module docstring.
 
@@ -143,7 +144,9 @@ def clean_round(
     recopied, so tombstones and markers whose delete horizon has passed go (Kafka never revisits such a
     log until new writes make it dirty). `ring` holds the read buffers of the round's windows; a cleaner
     thread passes the same one every round, as it does its map, so rounds reuse memory. With `verify`
-    (`log.cleaner.verify`), each group passes `cleaner.safety.check_group` before it is swapped in. Raises
+    (`log.cleaner.verify`), each group passes `cleaner.safety.check_group` before it is swapped in.
+    `charge_io(n)` is called before every read and write of n bytes, on the thread doing it (the device's
+    I/O throttle, `cleaner.throttle`: it may block, or raise to abort); `on_bytes(n, direction)` after. Raises
     `CorruptRecordError`, `CleaningAbortedError` (from `check_abort`), `SafetyCheckError` or `OSError`; the
     log then holds every group either old or new and the checkpoint is unchanged.
     """
@@ -151,9 +154,8 @@ def clean_round(
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
     log_.refresh(force=True)
     size_before = log_.size_bytes
-    survey = survey_log(log_, ring)
+    survey = survey_log(log_, ring, charge_io=charge_io, on_bytes=on_bytes)
     survey_s = time.monotonic() - started
-    on_bytes(survey.bytes_read, "read")
     faults.hit("round.after_survey")
     checkpoint = log_.read_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT)
     high_watermark = log_.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT)
@@ -183,7 +185,7 @@ def clean_round(
     offset_map.reset(random.getrandbits(32) if seed is None else seed, expected_keys=rng.first_uncleanable - map_from)
     index = build_offset_map(
         log_, survey, offset_map, map_from, rng.first_uncleanable, check_abort=check_abort, on_bytes=on_bytes,
-        ring=ring,
+        ring=ring, charge_io=charge_io,
     )
     faults.hit("round.after_index")
     segments = log_.segments
@@ -212,13 +214,15 @@ def clean_round(
     )
     verified, verify_s = 0, 0.0
     for group in groups:
-        cleaned = clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes, ring=ring)
+        cleaned = clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes, ring=ring,
+                              charge_io=charge_io)
         if cleaned is None:
             continue
         if verify:
             t = time.monotonic()
             try:
-                verified += check_group(group, cleaned, offset_map, survey, f"{log_.topic}-{log_.partition}")
+                verified += check_group(group, cleaned, offset_map, survey, f"{log_.topic}-{log_.partition}",
+                                        charge_io=charge_io)
             except BaseException:
                 cleaned.delete_files()
                 raise

@@ -18,6 +18,8 @@ read of the group's input and a read of its output (see `bench/verify_bench.py`)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from offsetmap import OffsetMap, hash_key_spans
@@ -34,11 +36,13 @@ class SafetyCheckError(RuntimeError):
     """A cleaned group lost a record that is the latest of its key: the group is not swapped in."""
 
 
-def _windows(segments: list[LogSegment], survey: LogSurvey | None, seed: int):
+def _windows(segments: list[LogSegment], survey: LogSurvey | None, seed: int,
+             charge_io: Callable[[int], None] | None = None):
     """Per scan window, (offset, h1, h2, value_len) arrays of its keyed data records in offset order; records
-    of aborted transactions left out when `survey` is given (the input side)."""
+    of aborted transactions left out when `survey` is given (the input side). Each read is charged to
+    `charge_io` before it is done (the I/O throttle)."""
     for segment in segments:
-        for _, result in segment.scan_windows(window_bytes=_WINDOW_BYTES, verify_crc=False):
+        for _, result in segment.scan_windows(window_bytes=_WINDOW_BYTES, verify_crc=False, before_read=charge_io):
             if result.n_records == 0:
                 continue
             batch = result.batch_index
@@ -67,10 +71,11 @@ def _joined(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
     return tuple(np.concatenate(a) for a in zip(*parts))
 
 
-def must_survive(group: list[LogSegment], offset_map: OffsetMap, survey: LogSurvey) -> tuple[np.ndarray, ...]:
+def must_survive(group: list[LogSegment], offset_map: OffsetMap, survey: LogSurvey,
+                 charge_io: Callable[[int], None] | None = None) -> tuple[np.ndarray, ...]:
     """(offset, h1, h2, value_len) of the input records the output must hold, in offset order."""
     indexed_parts, other_parts = [], []
-    for offset, h1, h2, length in _windows(group, survey, offset_map.seed):
+    for offset, h1, h2, length in _windows(group, survey, offset_map.seed, charge_io):
         latest = offset_map.lookup_hashes(h1, h2)
         indexed = latest >= 0
         mine = indexed & (offset == latest) & (length >= 0)  # tombstones may go
@@ -93,10 +98,11 @@ def must_survive(group: list[LogSegment], offset_map: OffsetMap, survey: LogSurv
 
 
 def check_group(group: list[LogSegment], cleaned: LogSegment, offset_map: OffsetMap, survey: LogSurvey,
-                partition: str) -> int:
-    """Raise `SafetyCheckError` if `cleaned` lacks a record of `group` that must survive; else how many did."""
-    offset, h1, h2, length = must_survive(group, offset_map, survey)
-    out_offset, out_h1, out_h2, out_length = _joined(list(_windows([cleaned], None, offset_map.seed)))
+                partition: str, charge_io: Callable[[int], None] | None = None) -> int:
+    """Raise `SafetyCheckError` if `cleaned` lacks a record of `group` that must survive; else how many did.
+    Every read is charged to `charge_io` (the I/O throttle) before it is done."""
+    offset, h1, h2, length = must_survive(group, offset_map, survey, charge_io)
+    out_offset, out_h1, out_h2, out_length = _joined(list(_windows([cleaned], None, offset_map.seed, charge_io)))
     at = np.searchsorted(out_offset, offset)
     found = at < len(out_offset)
     at = np.minimum(at, max(len(out_offset) - 1, 0))

@@ -23,6 +23,7 @@ without CRC checks, since its writer may be appending to it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -151,24 +152,33 @@ class LogSurvey:
         return out
 
 
-def _checked_windows(segments, ring: WindowRing):
+def _checked_windows(segments, ring: WindowRing, charge_io: Callable[[int], None] | None):
     """(segment index, window, header scan) per window, then (index, None, None) at each segment's end; runs
-    on the read-ahead thread. CRCs are checked except in the active segment (the last)."""
+    on the read-ahead thread (which charges each read to `charge_io` before it). CRCs are checked except in
+    the active segment (the last)."""
     for i, segment in enumerate(segments):
         active = i == len(segments) - 1
         for window, result in segment.scan_windows(
             window_bytes=ring.window_bytes, verify_crc=not active, headers_only=True, stop_at_invalid=active,
-            ring=ring,
+            ring=ring, before_read=charge_io,
         ):
             yield i, window, result
         yield i, None, None
 
 
-def survey_log(log: PartitionLog, ring: WindowRing | None = None) -> LogSurvey:
+def survey_log(
+    log: PartitionLog,
+    ring: WindowRing | None = None,
+    *,
+    charge_io: Callable[[int], None] | None = None,
+    on_bytes: Callable[[int, str], None] = lambda n, direction: None,
+) -> LogSurvey:
     """Survey every segment of `log` (a cleaner- or reader-mode log) in offset order.
 
-    `ring` holds the read buffers (a new two-set ring if None). Raises `CorruptRecordError` (file, position)
-    for an invalid batch in an inactive segment, or an incomplete batch at the end of one.
+    `ring` holds the read buffers (a new two-set ring if None). `charge_io(n)` is called before each read of
+    n bytes (the I/O throttle; it may raise to abort), `on_bytes(n, "read")` after each window. Raises
+    `CorruptRecordError` (file, position) for an invalid batch in an inactive segment, or an incomplete
+    batch at the end of one.
     """
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
     segments = log.segments
@@ -180,7 +190,7 @@ def survey_log(log: PartitionLog, ring: WindowRing | None = None) -> LogSurvey:
     largest_ts = first_ts = -1
     next_offset = segments[0].base_offset if segments else 0
     offset_floor = 0  # the lowest offset the next batch of an inactive segment may start at
-    for i, window, result in read_ahead(_checked_windows(segments, ring), name="survey-read-ahead"):
+    for i, window, result in read_ahead(_checked_windows(segments, ring, charge_io), name="survey-read-ahead"):
         segment = segments[i]
         if result is not None and i < len(segments) - 1:
             offset_floor = _check_offsets(result, segment, segments[i + 1].base_offset, offset_floor)
@@ -200,6 +210,7 @@ def survey_log(log: PartitionLog, ring: WindowRing | None = None) -> LogSurvey:
             next_offset = segments[i + 1].base_offset if i + 1 < len(segments) else 0
             continue
         bytes_read += result.end_position - result.start_position
+        on_bytes(result.end_position - result.start_position, "read")
         if first_ts == -1 and result.start_position == 0:
             first_ts = int(result.max_timestamp[0])
         largest_ts = max(largest_ts, int(result.max_timestamp.max()))

@@ -1,10 +1,26 @@
-"""The cleaner threads' shared I/O budget: bytes per second over reads and writes, per device.
+"""The cleaning I/O budget: bytes per second over reads and writes, one budget per device.
 
-Owns Kafka's `Throttler` semantics: each thread reports the bytes it read or wrote; over each check
-interval (300 ms) the observed rate is compared with the budget and, if above, the reporting thread sleeps
-long enough to bring the interval's average down to it. Unlike Kafka's single budget, log dirs on
-different devices (`st_dev`) each get the full budget, since they do not compete for the same disk. The
-rate can be changed while running (config reload). The clock and the sleep are injected for tests.
+Owns the rule every cleaning byte obeys, whoever moves it (the daemon's cleaner threads, `logcleaner clean`
+for every partition it cleans, a future Spark task holding one `DeviceThrottles` per executor process):
+
+* **One budget per device.** Log dirs on one device (`st_dev` of the log dir) share one `Throttle`; dirs on
+  different devices each get the full budget, since they do not compete for the same disk.
+* **Charged before the I/O.** Each read of a window (survey, index, recopy, safety check) and each write of
+  an output window (and of the cleaned segment's index entries) is charged *before* it is done, on the
+  thread that does it (for reads, the read-ahead thread). A charge reserves its bytes in arrival order and
+  blocks until the budget has accrued them, so concurrent threads take turns rather than one of them paying
+  for the others after the fact.
+* **No banking beyond one window.** Budget accrues at the configured rate while nobody charges, up to one
+  window (`WINDOW_S`) of it. So over any interval of L seconds the bytes let through are at most
+  rate × (L + WINDOW_S): Kafka's `Throttler`, which checks after every chunk every 300 ms, lets at least
+  as much through.
+
+This is a token bucket (GCRA) kept as two running totals: bytes charged and budget accrued; a charge may go
+ahead once the budget accrued reaches its own position in the queue. A waiting thread wakes every
+`SLEEP_SLICE_S` to take a rate change (config reload) into account and to call the caller's abort check, so
+a shutdown or a pause never waits out a long sleep; an injected sleep that returns True (the daemon's
+"stopping") ends the wait at once. The clock and the sleep are injected: unit tests run on a fake clock.
+It keeps the bytes let through per second over the last `RATE_WINDOW_S` seconds for the metrics.
 """
 
 from __future__ import annotations
@@ -15,31 +31,44 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["DeviceThrottles", "Throttle", "UNLIMITED"]
+__all__ = ["DeviceThrottles", "Throttle", "UNLIMITED", "WINDOW_S", "device_label"]
 
 UNLIMITED = 1.7976931348623157e308  # Kafka's default: Double.MaxValue, i.e. no throttling
-CHECK_INTERVAL_S = 0.3
-SLEEP_S_MAX = 10.0  # one sleep never exceeds this (the rest is owed next time; a reload takes effect soon)
+WINDOW_S = 0.3  # idle time banks at most this much budget (Kafka's check interval)
+SLEEP_SLICE_S = 0.1  # a waiting thread re-reads the rate and calls its abort check this often
+RATE_WINDOW_S = 10  # the metrics' rate: bytes let through per second, averaged over this many whole seconds
+
+
+def device_label(device: int) -> str:
+    """`major:minor` of a device number, as `/proc/self/mountinfo` and `lsblk` show it."""
+    return f"{os.major(device)}:{os.minor(device)}"
 
 
 class Throttle:
-    """One budget of `bytes_per_second`, shared by every thread that reports to it. Thread-safe."""
+    """One budget of `bytes_per_second`, shared by every thread that charges it. Thread-safe."""
 
     def __init__(
         self,
         bytes_per_second: float,
         *,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-        check_interval_s: float = CHECK_INTERVAL_S,
+        sleep: Callable[[float], object] = time.sleep,
+        window_s: float = WINDOW_S,
+        sleep_slice_s: float = SLEEP_SLICE_S,
     ) -> None:
+        assert window_s > 0 and sleep_slice_s > 0
         self._lock = threading.Lock()
         self._clock = clock
         self._sleep = sleep
-        self._check_interval_s = check_interval_s
+        self._window_s = window_s
+        self._sleep_slice_s = sleep_slice_s
         self._rate = self._valid(bytes_per_second)
-        self._period_start = clock()
-        self._period_bytes = 0
+        now = clock()
+        self._charged = 0  # bytes charged so far (each charge's position in the queue is the total after it)
+        self._accrued = self._bank_bytes()  # budget accrued so far; it starts with one window banked
+        self._accrued_at = now
+        self._second_bytes = [0] * (RATE_WINDOW_S + 1)  # bytes let through in each of the last seconds ...
+        self._second_of = [-1] * (RATE_WINDOW_S + 1)  # ... and which second each slot holds
         self.total_bytes = 0
         self.total_sleep_s = 0.0
 
@@ -53,38 +82,107 @@ class Throttle:
     def bytes_per_second(self) -> float:
         return self._rate
 
-    def set_rate(self, bytes_per_second: float) -> None:
-        with self._lock:
-            self._rate = self._valid(bytes_per_second)
+    @property
+    def unlimited(self) -> bool:
+        return self._rate >= UNLIMITED
 
-    def acquire(self, n_bytes: int) -> float:
-        """Account `n_bytes` of I/O; sleep if the current interval runs above the budget. Returns seconds slept."""
+    def _bank_bytes(self) -> float:
+        return self._rate * self._window_s
+
+    def _accrue(self, now: float) -> None:
+        """Bring the accrued budget up to `now` (lock held); never more than one window ahead of the charges."""
+        elapsed = max(0.0, now - self._accrued_at)
+        self._accrued_at = max(now, self._accrued_at)
+        if self.unlimited:
+            self._accrued = float(self._charged)
+            return
+        self._accrued = min(self._accrued + self._rate * elapsed, self._charged + self._bank_bytes())
+
+    def set_rate(self, bytes_per_second: float) -> None:
+        """A new budget; waiting threads take it at their next slice. Raises `ValueError` if not > 0."""
+        rate = self._valid(bytes_per_second)
         with self._lock:
+            self._accrue(self._clock())  # what accrued so far accrued at the old rate
+            was_unlimited = self.unlimited
+            self._rate = rate
+            if was_unlimited:
+                self._accrued = self._charged + self._bank_bytes()  # as after a long idle time
+            else:
+                self._accrued = min(self._accrued, self._charged + self._bank_bytes())
+
+    def acquire(self, n_bytes: int, *, check_abort: Callable[[], None] | None = None) -> float:
+        """Charge `n_bytes` of I/O about to be done; return once the budget covers them. Returns seconds waited.
+
+        `check_abort` is called after each slice of waiting (it raises to abort, e.g. `CleaningAbortedError`);
+        an injected sleep returning True also ends the wait (the I/O then goes ahead; the caller's own abort
+        check stops it at the next window).
+        """
+        assert n_bytes >= 0, n_bytes
+        started = self._clock()
+        with self._lock:
+            self._accrue(started)
             self.total_bytes += n_bytes
-            if self._rate >= UNLIMITED:
+            self._charged += n_bytes
+            position = self._charged
+            if self._covers(position):
+                self._let_through(started, n_bytes)
                 return 0.0
-            self._period_bytes += n_bytes
-            now = self._clock()
-            elapsed = now - self._period_start
-            if elapsed < self._check_interval_s:
-                return 0.0
-            wanted = self._period_bytes / self._rate  # seconds this many bytes should have taken
-            debt_s = max(0.0, wanted - elapsed)
-            sleep_s = min(debt_s, SLEEP_S_MAX)
-            # What one capped sleep does not pay is carried into the next period, not forgiven.
-            self._period_start = now + sleep_s
-            self._period_bytes = int((debt_s - sleep_s) * self._rate)
-            self.total_sleep_s += sleep_s
-        if sleep_s > 0:
-            self._sleep(sleep_s)
-        return sleep_s
+        while True:
+            with self._lock:
+                now = self._clock()
+                self._accrue(now)
+                if self._covers(position):
+                    self._let_through(now, n_bytes)
+                    waited = max(0.0, now - started)
+                    self.total_sleep_s += waited
+                    return waited
+                wait_s = (position - self._accrued) / self._rate
+            interrupted = self._sleep(min(wait_s, self._sleep_slice_s))
+            if check_abort is not None:
+                check_abort()
+            if interrupted:
+                with self._lock:
+                    now = self._clock()
+                    self._let_through(now, n_bytes)
+                    waited = max(0.0, now - started)
+                    self.total_sleep_s += waited
+                return waited
+
+    def _covers(self, position: int) -> bool:
+        """True once the budget accrued reaches `position` (lock held), within a microsecond's worth: float
+        arithmetic on the clock must not leave a thread sleeping for nothing, time after time."""
+        return self.unlimited or self._accrued >= position - max(1.0, self._rate * 1e-6)
+
+    def _let_through(self, now: float, n_bytes: int) -> None:
+        """Count `n_bytes` let through at `now` for the rate (lock held)."""
+        second = int(now)
+        slot = second % len(self._second_bytes)
+        if self._second_of[slot] != second:
+            self._second_of[slot] = second
+            self._second_bytes[slot] = 0
+        self._second_bytes[slot] += n_bytes
+
+    def recent_bytes_per_second(self) -> float:
+        """Bytes let through per second over the last `RATE_WINDOW_S` whole seconds."""
+        with self._lock:
+            current = int(self._clock())
+            total = sum(b for b, s in zip(self._second_bytes, self._second_of) if current - RATE_WINDOW_S <= s < current)
+        return total / RATE_WINDOW_S
+
+    def utilization(self) -> float:
+        """`recent_bytes_per_second()` as a fraction of the budget (0 when unlimited)."""
+        return 0.0 if self.unlimited else self.recent_bytes_per_second() / self._rate
 
 
 class DeviceThrottles:
-    """One `Throttle` per device holding log dirs, all at the same configured rate."""
+    """One `Throttle` per device holding log dirs, all at the same configured rate. Thread-safe.
+
+    The daemon holds one for all its threads; `logcleaner clean` one for all the partitions it cleans; a
+    Spark executor would hold one per process. `device_of` may be replaced (tests inject device ids).
+    """
 
     def __init__(self, bytes_per_second: float, **throttle_kwargs) -> None:
-        self._rate = bytes_per_second
+        self._rate = Throttle._valid(bytes_per_second)
         self._kwargs = throttle_kwargs
         self._lock = threading.Lock()
         self._by_device: dict[int, Throttle] = {}
@@ -93,7 +191,12 @@ class DeviceThrottles:
     def device_of(path: str | os.PathLike) -> int:
         return os.stat(path).st_dev
 
+    @property
+    def bytes_per_second(self) -> float:
+        return self._rate
+
     def for_path(self, path: str | os.PathLike) -> Throttle:
+        """The budget of the device holding `path` (a log dir), made on first use."""
         device = self.device_of(path)
         with self._lock:
             throttle = self._by_device.get(device)
@@ -102,10 +205,16 @@ class DeviceThrottles:
             return throttle
 
     def set_rate(self, bytes_per_second: float) -> None:
+        rate = Throttle._valid(bytes_per_second)
         with self._lock:
-            self._rate = bytes_per_second
+            self._rate = rate
             for throttle in self._by_device.values():
-                throttle.set_rate(bytes_per_second)
+                throttle.set_rate(rate)
+
+    def by_device(self) -> dict[int, Throttle]:
+        """Device number -> its budget, for the devices used so far."""
+        with self._lock:
+            return dict(self._by_device)
 
     @property
     def total_bytes(self) -> int:

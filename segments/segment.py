@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -337,6 +337,7 @@ class LogSegment:
         headers_only: bool = False,
         stop_at_invalid: bool = False,
         ring=None,
+        before_read: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[memoryview, "ScanResult"]]:
         """(window, scan result) over the whole batches from `start_position` (a batch start) to the end.
 
@@ -347,7 +348,8 @@ class LogSegment:
         thread asks for the next one with the two-set ring it uses. Raises
         `CorruptRecordError` with this file and position for an invalid batch, or an incomplete one at the
         end; with `stop_at_invalid` (the active segment, which its writer may be appending to) the walk ends
-        quietly there instead.
+        quietly there instead. `before_read(n)` is called before each read of `n` bytes, on the thread that
+        reads (the cleaner's I/O throttle: it may block, or raise to stop the walk).
         """
         from .readahead import WindowRing
         from .scan import scan
@@ -361,10 +363,14 @@ class LogSegment:
             ring = WindowRing(window_bytes, count=1)
         while pos < size:
             read_buffer, buffers = ring.next(min(window_bytes, size - pos))
+            if before_read is not None:
+                before_read(min(window_bytes, size - pos))
             window = self._read_into(read_buffer, pos, min(window_bytes, size - pos))
             try:
                 result = scan(window, base_position=pos, verify_crc=verify_crc, headers_only=headers_only, buffers=buffers)
                 if result.n_batches == 0 and result.torn_tail and 0 < result.torn_batch_bytes <= size - pos:
+                    if before_read is not None:
+                        before_read(result.torn_batch_bytes)
                     window = self.pread(pos, result.torn_batch_bytes)
                     result = scan(window, base_position=pos, verify_crc=verify_crc, headers_only=headers_only, buffers=buffers)
             except CorruptRecordError as exc:

@@ -138,11 +138,11 @@ def test_a_later_group_failing_the_check_leaves_it_and_the_checkpoint_as_they_we
     expected = latest_values(d)
     calls = []
 
-    def fail_second(group, cleaned, offset_map, survey, partition):  # the second group's check fails
+    def fail_second(group, cleaned, offset_map, survey, partition, **kwargs):  # the second group's check fails
         calls.append(group[0].base_offset)
         if len(calls) == 2:
             raise SafetyCheckError("injected")
-        return check_group(group, cleaned, offset_map, survey, partition)
+        return check_group(group, cleaned, offset_map, survey, partition, **kwargs)
 
     monkeypatch.setattr(round_module, "check_group", fail_second)
     with pytest.raises(SafetyCheckError):
