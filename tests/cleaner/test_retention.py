@@ -208,8 +208,7 @@ def test_compact_delete_deletes_expired_segments_compacts_the_rest_and_measures_
     # between the two sizes would delete segments if it were applied first: it must not be.
     limit = sum(sizes[2:]) - 1
     output = clean_cli(d, "--set", "cleanup.policy=compact,delete", "--set", "retention.ms=10000",
-                       "--set", f"retention.bytes={limit}", "--set", "min.cleanable.dirty.ratio=0",
-                       "--now-ms", now)
+                       "--set", f"retention.bytes={limit}", "--now-ms", now)
     assert "deleted 2 segment(s)" in output and "(retention.ms), log start 6" in output
     assert "cleaned [6, 18)" in output
     records = read_all(d)
