@@ -485,8 +485,6 @@ class RepeatedLog:
             key, value = self.original(offset)
             out[key] = (offset, value)
         return out
-
-
 def throttle_period_starts(samples: Sequence[tuple[float, float]], *, quiet_s: float) -> list[tuple[float, float]]:
     """When the I/O counter rose again after standing still for at least `quiet_s` (a throttle sleep ended).
 
