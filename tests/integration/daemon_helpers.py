@@ -485,21 +485,3 @@ class RepeatedLog:
             key, value = self.original(offset)
             out[key] = (offset, value)
         return out
-def throttle_period_starts(samples: Sequence[tuple[float, float]], *, quiet_s: float) -> list[tuple[float, float]]:
-    """When the I/O counter rose again after standing still for at least `quiet_s` (a throttle sleep ended).
-
-    `samples` are (time, counter) in time order. Returns (estimated time of the rise, counter value just
-    before it) for each rise that follows such a plateau with a counter above 0 (not the idle time before
-    the round). Between two such points lie whole throttle periods: bytes counted, then the sleep that
-    paid for them, so their average rate is what the throttle promises.
-    """
-    starts = []
-    t0, value = samples[0]
-    still_since = last_t = t0
-    for t, v in samples[1:]:
-        if v != value:
-            if value > 0 and last_t - still_since >= quiet_s:
-                starts.append(((last_t + t) / 2, value))
-            value, still_since = v, t
-        last_t = t
-    return starts
