@@ -38,7 +38,7 @@ def _exported_samples() -> set[str]:
         "max_compaction_delay_ms": 0, "dead_threads": 0, "threads_alive": 1, "max_dirty_percent": 0.0,
         "time_since_last_run_s": 0.0, "io_budget_bytes_per_second": 1e6, "log_dirs_offline": 0,
         "uncleanable": {"/data": (0, 0)}, "partitions": [("t", 0, "/data", 0.1, 10)],
-        "log_dirs": {"/data": (1, 2, 3)},
+        "log_dirs": {"/data": (1, 2, 3)}, "io_throttles": {"8:1": (1e6, 0.5, 2.0)},
     }
     text = generate_latest(CleanerMetrics(lambda: state).registry).decode()
     return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
