@@ -7,7 +7,8 @@ changes what `clean` does or is refused, naming the setting and why. Two kinds a
   cleans the partitions it is given, one after another, once;
 * settings no part of logcleaner uses (Kafka's writer or broker-internal knobs with no equivalent here).
 
-A config file or a `server.properties` may hold any of them: a broker's file holds many settings `clean`
+(`log.dirs` is not among them: `clean` looks there for the cluster's KRaft metadata, as it does at
+`metadata.log.dir`.) A config file or a `server.properties` may hold any of them: a broker's file holds many settings `clean`
 has no use for, so they are read (and checked) but not refused. `tests/cleaner/test_settings_used.py`
 walks the whole settings table and shows, for each setting, a command whose outcome it changes or this
 refusal. Pure data and one lookup; no I/O.
@@ -22,7 +23,6 @@ __all__ = ["CLEAN_REFUSES", "DAEMON_ONLY", "UNUSED", "refusal_for_clean"]
 _PICKS = "the daemon uses it to choose which log to clean next; clean cleans every partition it is given"
 
 DAEMON_ONLY = MappingProxyType({
-    "log.dirs": "clean cleans the PATHs given on its command line",
     "log.cleaner.enable": "clean always cleans the partitions it is given",
     # Another issue will make `clean LOGDIR` clean partitions on several threads; until then it uses one.
     "log.cleaner.threads": "clean cleans one partition after another, on one thread",

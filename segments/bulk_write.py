@@ -13,7 +13,9 @@ Owns the protocol the Spark data source's writer follows (and anything else that
    area and moved into place with one rename (a `RENAME_EXCHANGE` over an existing directory, under its
    writer and cleaner locks), so no reader sees half a partition. Overwrite also removes the topic's
    partitions numbered N and above. Appends to an existing partition go through its writer lock in place.
-4. The staging directory is removed after the commit or abort.
+4. The staging directory is removed after the commit or abort; an abort also removes the log dir (and its
+   parents) if the job created them and they are still empty (`missing_dirs` before the job, `abort_job`
+   after), so a failed job leaves the filesystem as it found it.
 
 Decisions: a topic that already has partitions in the log dir keeps its partition count — appending with a
 different N is refused, since keys would move between partitions and compaction would keep two latest
@@ -23,6 +25,7 @@ directory behind (named `.logsegments-staging-*.tmp`, safe to delete when no job
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -60,6 +63,7 @@ __all__ = [
     "abort_job",
     "check_topic_partitions",
     "commit_job",
+    "missing_dirs",
     "new_job_id",
     "staging_dir",
 ]
@@ -269,26 +273,26 @@ def _reset_checkpoints(log_dir: Path, topic: str, partition: int, recovery_point
     update_log_dir_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT, key, recovery_point)
 
 
-def _commit_partition(
-    log_dir: Path, staging: Path, topic: str, partition: int, pieces: Sequence[StagedPiece], *,
-    overwrite: bool, config: LogConfig,
-) -> tuple[int, int]:
-    target = log_dir / f"{topic}-{partition}"
-    if target.is_dir() and not overwrite:
-        with PartitionLog.open(target, mode="writer", config=config, lock_timeout_s=_LOCK_TIMEOUT_S) as plog:
-            _append_pieces(plog, pieces)
-            if plog.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT) is not None:
-                plog.write_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT, plog.log_end_offset)  # committed data
-            return plog.log_end_offset, plog.size_bytes
+def _append_partition(plog: PartitionLog, pieces: Sequence[StagedPiece]) -> tuple[int, int]:
+    _append_pieces(plog, pieces)
+    if plog.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT) is not None:
+        plog.write_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT, plog.log_end_offset)  # committed data
+    return plog.log_end_offset, plog.size_bytes
+
+
+def _build_partition(staging: Path, topic: str, partition: int, pieces: Sequence[StagedPiece], config: LogConfig,
+                     ) -> tuple[Path, int, int]:
     built = staging / "out" / f"{topic}-{partition}"
     with PartitionLog.open(built, mode="writer", config=config, create=True) as plog:
         if pieces:
             _append_pieces(plog, pieces)
-        end, size = plog.log_end_offset, plog.size_bytes
-    _move_into_place(built, target, staging / "old" / f"{topic}-{partition}")
+        return built, plog.log_end_offset, plog.size_bytes
+
+
+def _place_partition(log_dir: Path, staging: Path, topic: str, partition: int, built: Path, end: int) -> None:
+    _move_into_place(built, log_dir / f"{topic}-{partition}", staging / "old" / f"{topic}-{partition}")
     DEFAULT_FILE_OPS.fsync_dir(log_dir)
     _reset_checkpoints(log_dir, topic, partition, end)
-    return end, size
 
 
 def commit_job(
@@ -304,8 +308,12 @@ def commit_job(
 ) -> CommitSummary:
     """Append every staged piece to its partition in task order (see the module docstring); then clean up.
 
-    Every piece's framing is checked before anything is appended, so a truncated piece fails the commit with
-    no partition changed (the staging directory is removed on failure too).
+    Two phases. First, nothing a reader sees changes: every piece's framing is checked, every existing
+    partition's writer is opened (so one held by another writer fails the commit here) and every new or
+    replaced partition is built in the staging area. A failure there leaves every partition as it was (the
+    staging directory is removed on failure too). Then the appends and the moves into place: a failure of
+    one of those (an I/O error) leaves the partitions that got theirs changed and the others not, each a
+    valid log.
 
     Every partition 0..partitions-1 exists afterwards (empty ones too, as when Kafka creates a topic). Raises
     `LogStateError` for a partition-count change on append, `LockTimeoutError` if a partition's writer lock
@@ -326,19 +334,29 @@ def commit_job(
                 raise ValueError(f"staged piece {piece.path} is for partition {piece.partition} of {partitions}")
             _check_piece(piece)
             by_partition[piece.partition].append(piece)
-        with ThreadPoolExecutor(max_workers=max(1, min(threads, partitions))) as pool:
-            futures = {
-                p: pool.submit(
-                    _commit_partition, root, staging, topic, p, sorted(ps, key=lambda s: (s.task, s.attempt)),
-                    overwrite=overwrite, config=config,
-                )
-                for p, ps in by_partition.items()
-            }
-            for p, future in futures.items():
-                end, size = future.result()
+        ordered = {p: sorted(ps, key=lambda s: (s.task, s.attempt)) for p, ps in by_partition.items()}
+        with contextlib.ExitStack() as open_logs, ThreadPoolExecutor(max_workers=max(1, min(threads, partitions))) as pool:
+            appends: dict[int, PartitionLog] = {}
+            for p in range(partitions):
+                target = root / f"{topic}-{p}"
+                if target.is_dir() and not overwrite:
+                    appends[p] = open_logs.enter_context(
+                        PartitionLog.open(target, mode="writer", config=config, lock_timeout_s=_LOCK_TIMEOUT_S)
+                    )
+            building = {p: pool.submit(_build_partition, staging, topic, p, ordered[p], config)
+                        for p in range(partitions) if p not in appends}
+            built = {p: future.result() for p, future in building.items()}
+            # Phase two: what readers see changes from here on.
+            appending = {p: pool.submit(_append_partition, plog, ordered[p]) for p, plog in appends.items()}
+            ends = {}
+            for p, (path, end, size) in built.items():
+                _place_partition(root, staging, topic, p, path, end)
+                ends[p] = (end, size)
+            for p, future in appending.items():
+                ends[p] = future.result()
+            for p in range(partitions):
                 summary.records[p] = sum(s.records for s in by_partition[p])
-                summary.bytes[p] = size
-                summary.log_end_offset[p] = end
+                summary.log_end_offset[p], summary.bytes[p] = ends[p]
         if overwrite:
             for p, path in topic_partition_dirs(root, topic).items():
                 if p >= partitions:
@@ -357,6 +375,23 @@ def _move_into_place_removed(path: Path, trash: Path) -> None:
         os.rename(path, trash)
 
 
-def abort_job(log_dir: str | os.PathLike, job_id: str) -> None:
-    """Remove the job's staging directory and everything in it."""
+def missing_dirs(path: str | os.PathLike) -> tuple[str, ...]:
+    """The directories of `path` (itself and its parents) that do not exist yet, deepest first."""
+    missing = []
+    current = Path(os.path.abspath(path))
+    while not current.exists() and current != current.parent:
+        missing.append(str(current))
+        current = current.parent
+    return tuple(missing)
+
+
+def abort_job(log_dir: str | os.PathLike, job_id: str, *, created_dirs: Sequence[str] = ()) -> None:
+    """Remove the job's staging directory and everything in it; then each of `created_dirs` (deepest first:
+    the directories the job created, from `missing_dirs`) while it is empty."""
     shutil.rmtree(staging_dir(log_dir, job_id), ignore_errors=True)
+    for directory in created_dirs:
+        try:
+            os.rmdir(directory)
+        except OSError as exc:  # not empty (someone else wrote there) or already gone: leave it and its parents
+            log.debug("created directory kept dir=%s reason=%s", directory, exc.strerror)
+            break

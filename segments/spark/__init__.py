@@ -5,6 +5,6 @@ The only package of logcleaner that imports pyspark (install the `spark` extra).
 (files → segments), `duplication` (what compaction would remove, at scale).
 """
 
-from .session import SparkUnavailableError, find_java, get_session
+from .session import JvmConsole, SparkUnavailableError, describe_spark_error, find_java, get_session, stop_session
 
-__all__ = ["SparkUnavailableError", "find_java", "get_session"]
+__all__ = ["JvmConsole", "SparkUnavailableError", "describe_spark_error", "find_java", "get_session", "stop_session"]

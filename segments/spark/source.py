@@ -40,7 +40,7 @@ from pyspark.sql.types import StructType
 
 from .. import format as fmt
 from ..arrow_records import RECORD_COLUMNS, SPARK_SCHEMA_DDL
-from ..bulk_write import STAGING_PREFIX, StagedPiece, check_topic_partitions, new_job_id
+from ..bulk_write import STAGING_PREFIX, StagedPiece, check_topic_partitions, missing_dirs, new_job_id
 from ..log import LogConfig, parse_partition_dir_name
 from ..recovery import parse_segment_file_name
 
@@ -181,6 +181,7 @@ class LogSegmentsWriter(DataSourceArrowWriter):
         self.batch_bytes = int(_option(options, "batchBytes", 1024 * 1024 - fmt.RECORD_BATCH_OVERHEAD))
         self.config = LogConfig(segment_bytes=int(_option(options, "segment.bytes", fmt.SEGMENT_BYTES_DEFAULT)))
         check_topic_partitions(self.log_dir, self.topic, self.partitions, overwrite=overwrite)
+        self.created_dirs = missing_dirs(self.log_dir)  # the tasks' staging creates them; an abort removes them
         self.job_id = new_job_id()
         self.write_time_ms = int(time.time() * 1000)
 
@@ -265,4 +266,4 @@ class LogSegmentsWriter(DataSourceArrowWriter):
     def abort(self, messages: list) -> None:
         from ..bulk_write import abort_job
 
-        abort_job(self.log_dir, self.job_id)
+        abort_job(self.log_dir, self.job_id, created_dirs=self.created_dirs)
