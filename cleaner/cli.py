@@ -314,7 +314,8 @@ def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, .
 @click.option("--server-properties", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A Kafka server.properties to take broker-level settings from.")
 @click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE",
-              help="Any Kafka-named setting, e.g. --set delete.retention.ms=0 (repeatable).")
+              help="A Kafka-named setting clean uses, e.g. --set delete.retention.ms=0 (repeatable); "
+                   "a daemon-only or unused one is refused.")
 @click.option("--now-ms", type=int, help="The clock, in epoch milliseconds (default: now).")
 @click.option("--from-offset", type=int, help="Force the first dirty offset (single partition only).")
 @click.option("--to-offset", type=int, help="Force the end of the dirty range, rounded down to a segment base.")
