@@ -522,6 +522,10 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
         options[key.strip()] = value.strip()
     request = dict(topic=topic, partitions=partitions, output=str(output), value_column=value_column,
                    value_format=value_format, input_format=input_format, null_keys=null_keys, overwrite=overwrite)
+    from segments.locks import log_dir_owner
+
+    if (owner := log_dir_owner(output)) is not None:  # before Spark starts; the commit takes the lock itself
+        raise click.ClickException(str(owner))
     try:
         check_ingest(source, **request)  # before Spark starts: a usage error costs no JVM
     except IngestUsageError as exc:

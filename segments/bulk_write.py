@@ -47,7 +47,7 @@ from .checkpoint import (
 )
 from .errors import LogStateError
 from .fileio import DEFAULT_FILE_OPS
-from .locks import CLEANER_LOCK, WRITER_LOCK, PartitionLock
+from .locks import CLEANER_LOCK, WRITER_LOCK, LogDirLock, PartitionLock
 from .log import (
     LogConfig,
     PartitionLog,
@@ -324,6 +324,7 @@ def commit_job(
     config = config or LogConfig()
     staging = staging_dir(root, job_id)
     summary = CommitSummary()
+    log_dir_lock = LogDirLock(root).acquire()  # never while a Kafka broker owns the log dir (segments.locks)
     try:
         check_topic_partitions(root, topic, partitions, overwrite=overwrite)
         (staging / "out").mkdir(parents=True, exist_ok=True)
@@ -365,6 +366,7 @@ def commit_job(
             DEFAULT_FILE_OPS.fsync_dir(root)
     finally:
         abort_job(root, job_id)
+        log_dir_lock.release()
     log.info("bulk write committed topic=%s partitions=%d records=%d", topic, partitions, summary.total_records)
     return summary
 

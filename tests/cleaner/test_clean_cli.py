@@ -57,7 +57,7 @@ def test_clean_json_reports_one_object_per_partition_and_skips_kraft_metadata(tm
     write_log(logs / "a-0", 60)
     write_log(logs / "a-1", 60)
     copy_fixture("public/__cluster_metadata-0", logs.parent)
-    out = CliRunner().invoke(main, ["clean", "--json", str(logs)])
+    out = CliRunner().invoke(main, ["clean", "--json", "--set", "cleanup.policy=compact", str(logs)])
     assert out.exit_code == 0, out.output
     objs = {o["partition"]: o for o in map(json.loads, out.output.splitlines())}
     assert objs["__cluster_metadata-0"]["status"] == "skipped"
@@ -78,7 +78,7 @@ def test_failed_partition_exits_1_and_others_are_still_cleaned(tmp_path):
     data = bytearray(seg.read_bytes())
     data[200] ^= 1
     seg.write_bytes(bytes(data))
-    out = CliRunner().invoke(main, ["clean", str(logs)])
+    out = CliRunner().invoke(main, ["clean", "--set", "cleanup.policy=compact", str(logs)])
     assert out.exit_code == 1
     assert f"a-0: FAILED: {seg}: byte " in out.output
     assert "b-0: cleaned" in out.output
@@ -131,7 +131,7 @@ def test_config_file_topic_override_applies_to_that_topic_only(tmp_path):
     write_log(tmp_path / "logs" / "a-0", 40)
     write_log(tmp_path / "logs" / "b-0", 40)
     config = tmp_path / "logcleaner.toml"
-    config.write_text('"log.cleaner.threads" = 1\n\n[topics.b]\n"cleanup.policy" = "delete"\n'
+    config.write_text('"log.cleaner.threads" = 1\n"cleanup.policy" = "compact"\n\n[topics.b]\n"cleanup.policy" = "delete"\n'
                       '"retention.ms" = 1000\n')
     with PartitionLog.open(tmp_path / "logs" / "b-0", mode="reader") as log:
         b_active = log.segments[-1].base_offset

@@ -193,7 +193,7 @@ def test_clean_dry_run_reports_what_retention_would_delete_and_changes_nothing(t
     before = {p.name: p.read_bytes() for p in d.iterdir()}
     output = clean_cli(d, "--dry-run", "--set", "cleanup.policy=delete", "--set", "retention.ms=1",
                        "--now-ms", T0 + 10**9)
-    assert output == "t-0: would delete 5 segment(s), 0.00 MB (retention.ms), log start 15\n"
+    assert output == "t-0 [delete: --set]: would delete 5 segment(s), 0.00 MB (retention.ms), log start 15\n"
     assert {p.name: p.read_bytes() for p in d.iterdir()} == before
     assert not (tmp_path / "log-start-offset-checkpoint").exists()
 

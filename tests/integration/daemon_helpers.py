@@ -168,8 +168,9 @@ class DaemonProcess:
     """One `logcleaner run -c CONFIG` subprocess, with its log in `log_path` and its HTTP API on `port`."""
 
     def __init__(self, config_path: Path, port: int, log_path: Path, *, clock: FileClock | None = None,
-                 admin_token: str | None = None) -> None:
+                 admin_token: str | None = None, extra_args: Sequence[str] = ()) -> None:
         self.config_path = config_path
+        self.extra_args = list(extra_args)  # more `run` options, e.g. --server-properties FILE
         self.port = port
         self.log_path = log_path
         self.clock = clock
@@ -188,7 +189,7 @@ class DaemonProcess:
             env["LOGCLEANER_CLOCK_FILE"] = str(self.clock.path)
         self._log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [*logcleaner_command(), "run", "-c", str(self.config_path)],
+            [*logcleaner_command(), "run", "-c", str(self.config_path), *self.extra_args],
             stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         )
         if wait:

@@ -38,7 +38,8 @@ FIRST_CLEAN_MS = T0 + 1_000
 NOW_MS = FIRST_CLEAN_MS + 10 * DELETE_RETENTION_MS  # past the horizon of the first clean's tombstones
 CLEAN_SETTINGS = {"segment.bytes": 4000, "delete.retention.ms": DELETE_RETENTION_MS}
 PARTITION_NAMES = [f"{TOPIC}-{p}" for p in range(PARTITIONS)]
-CLEAN_ARGS = ["--now-ms", str(NOW_MS)] + [a for k, v in CLEAN_SETTINGS.items() for a in ("--set", f"{k}={v}")]
+CLEAN_ARGS = (["--now-ms", str(NOW_MS), "--set", "cleanup.policy=compact"]  # a log dir's topics: never by guess
+              + [a for k, v in CLEAN_SETTINGS.items() for a in ("--set", f"{k}={v}")])
 COMPACT_SETTINGS = Settings.from_mappings({**CLEAN_SETTINGS, "cleanup.policy": "compact"})  # what `clean` uses
 WRITE_CONFIG = LogConfig(segment_bytes=1200, index_interval_bytes=256)
 TEMP_SUFFIXES = (fmt.CLEANED_SUFFIX, fmt.SWAP_SUFFIX, fmt.DELETED_SUFFIX, ".tmp")
@@ -127,6 +128,8 @@ def committed_records(directory: Path) -> list[tuple[int, bytes, bytes | None]]:
     for b in batches:
         h = b.header
         if h.is_control:
+            if not b.records:
+                continue  # a marker emptied by cleaning (kept for its producer, or as a group's end) ends nothing
             _, control_type = decode_control_key(b.records[0].key)
             done = open_batches.pop(h.producer_id, [])
             if control_type == fmt.CONTROL_TYPE_ABORT:

@@ -184,3 +184,16 @@ def test_the_daemon_takes_an_owned_log_dir_offline_and_cleans_it_once_the_broker
     finally:
         broker.stop()
         daemon.close()
+
+
+def test_ingest_into_a_log_dir_a_broker_owns_is_refused_before_spark_starts(broker_dir, tmp_path):
+    log_dir, broker = broker_dir
+    source = tmp_path / "rows.jsonl"
+    source.write_text('{"k": "a", "v": 1}\n{"k": "b", "v": 2}\n')
+    before = _tree(log_dir)
+    done = _cli("ingest", str(source), "--topic", "orders", "--partitions", "2", "--key-column", "k",
+                "--value-format", "json", "--output", str(log_dir))
+    assert done.returncode == 1, done
+    assert f"a running Kafka broker (pid {broker.pid}) owns {log_dir}: stop it first" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert _tree(log_dir) == before

@@ -90,7 +90,7 @@ def data_files(directory: Path) -> dict[str, tuple[bytes | str, int]]:
 
 
 def clean(*args: str):
-    return CliRunner().invoke(cli_main, ["clean", *args])
+    return CliRunner().invoke(cli_main, ["clean", "--set", "cleanup.policy=compact", *args])
 
 
 def fully_cleaned(directory: Path) -> bool:
@@ -441,7 +441,8 @@ def _two_partitions_one_unreadable(tree: Path) -> tuple[Path, Path, Path]:
 def test_clean_as_a_user_who_may_not_read_a_segment_names_it_changes_nothing_and_cleans_the_rest(shared_tree):
     good, blocked, unreadable = _two_partitions_one_unreadable(shared_tree)
     before = data_files(blocked)
-    done = subprocess.run(unprivileged_command("clean", str(shared_tree / "logs")), capture_output=True, text=True,
+    done = subprocess.run(unprivileged_command("clean", "--set", "cleanup.policy=compact", str(shared_tree / "logs")),
+                          capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("blocked-0"))
