@@ -171,6 +171,7 @@ class Daemon:
             "log_dirs_offline": len(self.manager.offline_log_dirs),
             "uncleanable": {str(d): v for d, v in self.manager.uncleanable_by_log_dir().items()},
             "partitions": [(s.topic, s.partition, str(s.log_dir), s.dirty_ratio, s.cleanable_bytes) for s in snapshot],
+            "delete_horizons": [(s.topic, s.partition, str(s.log_dir), s.next_delete_horizon_ms) for s in snapshot],
             "log_dirs": self._log_dir_usage(snapshot),
         }
 

@@ -140,6 +140,7 @@ class PartitionStatus:
             "last_error": self.last_error,
             "disk_full_failures": self.disk_full_failures,
             "survivorship": self.survivorship,
+            "next_delete_horizon_ms": self.next_delete_horizon_ms,
             "cleanup_policy": ",".join(self.policy.policy or ()) if self.policy is not None else "",
             "policy_known": self.policy is not None and self.policy.known,
             "policy_source": None if self.policy is None else self.policy.source,

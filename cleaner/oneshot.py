@@ -5,8 +5,10 @@ them, never KRaft's `__cluster_metadata-0` nor `-delete`/`-future`/`-stray` dire
 (each one's log dir view and its policy by `cleaner.policy`'s rule: `plan_partitions`), and cleaning each
 one by its `cleanup.policy`: retention (`cleaner.retention`) of expired segments and segments below the
 log start first, then — compacted topics — rounds until the dirty section is done (a full offset map means
-several rounds) regardless of `min.cleanable.dirty.ratio`, then `retention.bytes` on the compacted log. A
-failing partition does not stop the others; its outcome says why.
+several rounds) regardless of `min.cleanable.dirty.ratio`, then the delete-horizon passes Kafka would come
+back for (KIP-534: a kept tombstone or marker whose horizon has passed; `delete.retention.ms=0` makes the one
+the first pass stamps due at once), then `retention.bytes` on the compacted log. A failing partition does
+not stop the others; its outcome says why.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ __all__ = ["PartitionOutcome", "PlannedPartition", "clean_partition", "find_part
 log = logging.getLogger(__name__)
 
 ROUNDS_MAX = 1_000_000  # a bound on rounds for one partition; each round makes progress, so never reached
+# Horizon passes after the dirty section is done. Two suffice: the first removes what earlier rounds stamped
+# and stamps the markers of transactions whose last data (tombstones) it removed; the second removes those.
+HORIZON_PASSES_MAX = 3
 
 
 @dataclass(slots=True)
@@ -145,6 +150,11 @@ def clean_partition(
 ) -> PartitionOutcome:
     """Clean one partition directory in rounds until done (one round with `once` or `dry_run`).
 
+    Done with the dirty section, while the last round leaves a kept tombstone or marker whose delete horizon
+    has passed at `now_ms`, another round removes it (at most `HORIZON_PASSES_MAX`), as Kafka's cleaner
+    would once the horizon passed. With `once` or `dry_run` the single round is that horizon pass when
+    nothing is dirty and the survey finds such a horizon passed.
+
     `policy`, when given, is the topic's resolved policy (`plan_partitions`), in place of the settings'
     `cleanup.policy`; an unknown one leaves the partition untouched. `file_ops` carries every durable file
     operation (a fault-injecting one in the reliability tests). Every read and write is charged beforehand
@@ -183,6 +193,7 @@ def clean_partition(
             if deleted is not None:
                 outcome.retention.append(deleted)
             start = forced_from
+            horizon_passes = 0
             for _ in range(ROUNDS_MAX if topic.compact else 0):
                 result = clean_round(
                     plog,
@@ -193,6 +204,7 @@ def clean_partition(
                     forced_from=start,
                     forced_to=forced_to,
                     dry_run=dry_run,
+                    horizon_pass=True,
                     on_bytes=on_bytes,
                     ring=ring,
                     verify=settings.broker["log.cleaner.verify"],
@@ -200,9 +212,15 @@ def clean_partition(
                 )
                 outcome.rounds.append(result)
                 survivorship.record_round(directory, result, settings.broker["log.cleaner.survivorship.alpha"])
-                if result.done or once or dry_run or result.end_offset <= result.first_dirty:
+                if once or dry_run:
                     break
-                start = result.end_offset
+                if not result.done and result.end_offset > result.first_dirty:
+                    start = result.end_offset  # the map filled: the next round goes on from there
+                    continue
+                if not 0 <= result.next_delete_horizon_ms <= now_ms or horizon_passes >= HORIZON_PASSES_MAX:
+                    break
+                horizon_passes += 1
+                start = None  # from the checkpoint: the dirty section is done, the pass recopies the clean one
             if not dry_run and (deleted := apply_retention(plog, topic, now_ms)) is not None:
                 outcome.retention.append(deleted)
     except (SegmentError, OSError) as exc:

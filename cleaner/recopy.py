@@ -3,9 +3,9 @@
 Owns Kafka's `Cleaner.cleanSegments` + `MemoryRecords.filterTo` decisions, per batch and per record:
 
 Batch (in order): a data batch of an aborted transaction is discarded; a transaction marker whose
-transaction has no data left is discardable, and its records go once its delete horizon has passed; a
-producer's last batch (of a producer not yet expired) and the last batch of each group are kept, as an
-empty 61-byte header if nothing else survives; any other batch left with no records is dropped.
+transaction keeps no data batch in this pass is discardable, and its records go once its delete horizon has
+passed; a producer's last batch (of a producer not yet expired) and the last batch of each group are kept,
+as an empty 61-byte header if nothing else survives; any other batch left with no records is dropped.
 
 Record: control records are kept (unless their batch's records are discarded); records past the map's
 latest offset are kept; unkeyed records are dropped and counted as invalid; a keyed record is kept iff it
@@ -18,7 +18,22 @@ stamped (it keeps a tombstone, or is a discardable marker, and has no horizon ye
 base offset, last offset delta, producer fields, leader epoch, codec and timestamp type, base timestamp =
 the horizon (bit 6) or the first kept record's timestamp, record timestamps unchanged. Legacy wrappers that
 lose inner messages are re-compressed as a new wrapper in their own magic; empty legacy batches are never
-written.
+written. A batch carries a delete horizon only while it keeps a tombstone or is a kept marker: one whose
+tombstones all went is written without it (Kafka's `filterTo` keeps it), so a horizon that has passed always
+means work for the next pass, and a log is due for that pass exactly then (`RecopyStats.
+earliest_delete_horizon_ms`); a horizon that a full pass leaves behind passed is not reported again.
+
+A group whose output is its input byte for byte (a single segment, every batch copied untouched, the same
+`.txnindex` entries) is not swapped: its `.cleaned` files are removed before any fsync and the segment stays
+as it was (same inode, same mtime), so a pass with nothing to remove changes no file.
+
+Why a marker may go one pass sooner than in Kafka: Kafka's cleaner calls a marker discardable only in a pass
+that finds none of its transaction's data, so the pass that removes the data leaves the marker unstamped and
+only a later pass — which an idle log never gets — stamps it; here the pass that removes the last data batch
+stamps it, and it still outlives its data by `delete.retention.ms`, the bound a consumer reading from offset
+0 relies on. Transaction state is carried from window to window and group to group of the round
+(`RecopyContext.txn_data_written`, KAFKA-8351). A partial (generational) round, which does not see the older
+generations, decides by the survey's count of the whole log's data batches instead.
 
 Why the last batch of *each group* is kept (Kafka keeps only the round's last, KAFKA-17076): crash recovery
 removes the old segments whose base lies below the new segment's next offset; keeping each group's last
@@ -79,6 +94,9 @@ class RecopyContext:
     dry_run: bool = False
     partial: bool = False  # a generational round below the log's full range: tombstones and markers stay
     first_dirty: int = 0  # records at or past it are the dirty section's (survivorship is measured on them)
+    # Per producer id: data batches of its current transaction this round has written so far, carried from
+    # window to window and group to group (mutated by the recopy); None: markers decided by the survey alone.
+    txn_data_written: dict[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -98,7 +116,9 @@ class RecopyStats:
     dirty_records_read: int = 0
     dirty_records_written: int = 0
     tombstones_stamped_batches: int = 0
-    earliest_delete_horizon_ms: int = -1  # the soonest horizon among written batches (-1: none)
+    # the soonest horizon of a written batch that keeps a tombstone or a marker a later pass may remove (-1: none)
+    earliest_delete_horizon_ms: int = -1
+    groups_unchanged: int = 0  # groups whose output was their input: not swapped
     elapsed_s: float = 0.0
     groups: list[tuple[int, int]] = field(default_factory=list)  # (first base, segments) per group
 
@@ -224,14 +244,6 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
     horizon = result.delete_horizon_ms
     has_horizon = horizon >= 0
     aborted = survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional) & ~control
-    marker_discardable = np.zeros(n, dtype=bool)
-    for i in np.nonzero(control)[0].tolist():
-        marker_discardable[i] = result.records_count[i] == 0 or survey.marker_is_discardable(
-            int(result.producer_id[i]), int(result.base_offset[i])
-        )
-    discard_records = np.where(control, marker_discardable & has_horizon & (horizon <= ctx.now_ms), aborted)
-    if ctx.partial:  # what a marker or tombstone aborts or deletes may lie in an older generation
-        discard_records &= ~control
     retain_empty = v2 & _producer_last_batches(result, ctx)
     if group_last >= 0:
         retain_empty[group_last] |= v2[group_last]
@@ -256,11 +268,17 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
                 is_latest[r] = offsets[r] >= ctx.offset_map.lookup_hashes(h1, h2)
     tombstone = result.value_len < 0
     retain_tombstone = np.where(v2, ~has_horizon | (ctx.now_ms < horizon), retain_tombstones_legacy) | ctx.partial
-    live = ~discard_records[bi]
-    keep = live & (
-        control[bi] | beyond | (is_latest & (~tombstone | retain_tombstone[bi]))
-    )
-    invalid = int(np.count_nonzero(live & ~control[bi] & ~beyond & ~keyed))
+    # Data records first: whether a marker may go depends on the data batches its transaction keeps.
+    live_data = ~aborted[bi] & ~control[bi]
+    keep = live_data & (beyond | (is_latest & (~tombstone | retain_tombstone[bi])))
+    invalid = int(np.count_nonzero(live_data & ~beyond & ~keyed))
+    kept = np.bincount(bi, weights=keep, minlength=n).astype(np.int64)
+    # An empty header kept for its producer is data still: without its marker it would read as an open transaction.
+    marker_discardable = _markers_discardable(result, ctx, ~control & ((kept > 0) | retain_empty))
+    discard_markers = control & marker_discardable & has_horizon & (horizon <= ctx.now_ms)
+    if ctx.partial:  # what a marker commits or aborts may lie in an older generation
+        discard_markers[:] = False
+    keep |= control[bi] & ~discard_markers[bi]
     kept = np.bincount(bi, weights=keep, minlength=n).astype(np.int64)
     kept_tombstones = np.bincount(bi[keep & tombstone], minlength=n)
     needs_horizon = v2 & (kept > 0) & ~has_horizon & ((kept_tombstones > 0) | (control & marker_discardable))
@@ -275,12 +293,83 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
     return action, keep, needs_horizon, invalid
 
 
-def _rebuild_v2(result, i: int, records: np.ndarray, stamp_horizon: bool, ctx: RecopyContext) -> tuple[bytes, int]:
-    """A rebuilt v2 batch holding `records` (indices into the scan's record arrays); returns (bytes, max ts)."""
+def _markers_discardable(result, ctx: RecopyContext, data_written: np.ndarray) -> np.ndarray:
+    """True for the control batches of a window whose records may go once their delete horizon passes.
+
+    An empty control batch (a marker cleaned before) always; a COMMIT/ABORT marker when its transaction keeps
+    no data batch in this pass (`data_written`: the window's data batches written, records or an empty
+    header), counted from the producer's previous marker across windows and groups in
+    `ctx.txn_data_written`, which this advances; without it (a partial round), when the survey finds no data
+    batch of the transaction in the whole log. Other control records never.
+    """
+    n = result.n_batches
+    out = np.zeros(n, dtype=bool)
+    control = np.flatnonzero(result.is_control)
+    written_so_far = ctx.txn_data_written
+    pids = result.producer_id
+    by_pid: dict[int, np.ndarray] = {}  # producer -> indexes of its transactional batches written in this window
+    since: dict[int, int] = {}  # producer -> index of its last marker in this window
+    if written_so_far is not None:
+        txn_written = np.flatnonzero(data_written & result.is_transactional & (pids >= 0))
+        if len(txn_written):
+            for pid in np.unique(pids[txn_written]).tolist():
+                by_pid[pid] = txn_written[pids[txn_written] == pid]
+    for i in control.tolist():
+        pid, offset = int(pids[i]), int(result.base_offset[i])
+        if result.records_count[i] == 0:
+            out[i] = True
+        elif written_so_far is None:
+            out[i] = ctx.survey.marker_is_discardable(pid, offset)
+        elif ctx.survey.is_transaction_marker(pid, offset):
+            count = written_so_far.get(pid, 0)
+            if pid in by_pid:
+                mine = by_pid[pid]
+                count += int(np.count_nonzero((mine > since.get(pid, -1)) & (mine < i)))
+            out[i] = count == 0
+            written_so_far[pid] = 0
+            since[pid] = i
+    for pid, mine in by_pid.items():
+        after = int(np.count_nonzero(mine > since.get(pid, -1)))
+        if after:
+            written_so_far[pid] = written_so_far.get(pid, 0) + after
+    return out
+
+
+def _horizons(result, ctx: RecopyContext, action, keep, needs_horizon):
+    """Which written batches lose their delete horizon, and the horizon a later pass may act on, per batch.
+
+    A batch carries a horizon only while it keeps a tombstone or is a kept marker (see the module
+    docstring): a v2 batch written with records that keeps neither loses it (rebuilt, if it was to be
+    copied). The pending horizon of a batch that keeps one is the one it is written with; in a full round a
+    horizon that had already passed counts no more, since this pass kept the batch anyway (records past the
+    offset map's end, which the next round of a partition cleans regardless). Returns (action, clear, pending).
+    """
+    n = result.n_batches
+    bi = result.batch_index
+    kept_tombstones = np.bincount(bi[keep & (result.value_len < 0)], minlength=n)
+    written = (action == ACTION_VERBATIM) | (action == ACTION_REBUILD)
+    holds = written & ((kept_tombstones > 0) | result.is_control)
+    clear = written & ~holds & (result.delete_horizon_ms >= 0) & (result.magic == fmt.MAGIC_V2)
+    if clear.any():
+        action = np.where(clear & (action == ACTION_VERBATIM), ACTION_REBUILD, action).astype(action.dtype)
+    pending = np.where(needs_horizon, ctx.now_ms + ctx.delete_retention_ms, result.delete_horizon_ms)
+    pending = np.where(holds, pending, -1)
+    if not ctx.partial:
+        pending = np.where(~needs_horizon & (pending <= ctx.now_ms), -1, pending)
+    return action, clear, pending
+
+
+def _rebuild_v2(result, i: int, records: np.ndarray, stamp_horizon: bool, ctx: RecopyContext,
+                clear_horizon: bool = False) -> tuple[bytes, int]:
+    """A rebuilt v2 batch holding `records` (indices into the scan's record arrays); returns (bytes, max ts).
+    With `clear_horizon` its delete horizon, if any, is dropped (it keeps no tombstone and is no marker)."""
     attributes = int(result.attributes[i])
     log_append_time = bool(attributes & fmt.TIMESTAMP_TYPE_MASK)
     timestamps = result.timestamp[records]
-    if result.delete_horizon_ms[i] >= 0:
+    if clear_horizon:
+        attributes &= ~fmt.DELETE_HORIZON_FLAG
+        base_ts = int(timestamps[0])
+    elif result.delete_horizon_ms[i] >= 0:
         base_ts = int(result.delete_horizon_ms[i])  # an existing horizon is kept on later rewrites
     elif stamp_horizon:
         base_ts = ctx.now_ms + ctx.delete_retention_ms
@@ -331,23 +420,30 @@ def _rebuild_legacy(result, i: int, records: np.ndarray) -> tuple[bytes, int, in
     return data, inner[-1].offset, max_ts
 
 
-def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stats: RecopyStats, out: _OutputBuffer):
+def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stats: RecopyStats, out: _OutputBuffer,
+                   clear_horizon: np.ndarray | None = None):
     """Write the window's output batches into `out`; returns (bytes written, batches written).
 
     The compiled `assemble_batches` does verbatim copies, empty headers and uncompressed v2 rebuilds; it
     hands back the batches it cannot build (compressed v2, legacy), which are built here one by one.
+    Rebuilt batches marked in `clear_horizon` are written without their delete horizon.
     """
     n = result.n_batches
     worst = len(result.buffer) + fmt.RECORD_BATCH_OVERHEAD * n + 10 * result.n_records
     out.reserve(worst, n)
     batch_local = result.batch_position - result.base_position
     keep_u8 = keep.view(np.uint8) if keep.dtype == np.bool_ else keep
+    attributes = result.attributes.astype(np.int64)
+    horizons = result.delete_horizon_ms
+    if clear_horizon is not None and clear_horizon.any():
+        attributes[clear_horizon] &= ~fmt.DELETE_HORIZON_FLAG
+        horizons = np.where(clear_horizon, fmt.NO_TIMESTAMP, horizons)
     i, pos, count = 0, 0, 0
     while True:
         i, pos, count = assemble_batches(
             result.buffer, result.arena, i, action, batch_local, result.batch_size, result.magic,
-            result.attributes.astype(np.int64), result.base_offset, result.last_offset, result.base_timestamp,
-            result.max_timestamp, result.delete_horizon_ms, result.producer_id, result.producer_epoch.astype(np.int64),
+            attributes, result.base_offset, result.last_offset, result.base_timestamp,
+            result.max_timestamp, horizons, result.producer_id, result.producer_epoch.astype(np.int64),
             result.base_sequence.astype(np.int64), result.partition_leader_epoch.astype(np.int64),
             result.records_in_arena, result.record_start, needs_horizon, ctx.now_ms + ctx.delete_retention_ms,
             keep_u8, result.record_pos, result.record_size, result.timestamp, out.data, pos, out.positions,
@@ -358,7 +454,8 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stat
         records = np.arange(result.record_start[i], result.record_start[i + 1])
         records = records[keep[records]]
         if result.magic[i] == fmt.MAGIC_V2:
-            data, max_ts = _rebuild_v2(result, i, records, bool(needs_horizon[i]), ctx)
+            data, max_ts = _rebuild_v2(result, i, records, bool(needs_horizon[i]), ctx,
+                                       clear_horizon is not None and bool(clear_horizon[i]))
             last = int(result.last_offset[i])
         else:
             data, last, max_ts = _rebuild_legacy(result, i, records)
@@ -394,8 +491,10 @@ def clean_group(
 ) -> LogSegment | None:
     """Write the `.cleaned` segment replacing `group` (fsynced, mtime of the group's last segment).
 
-    Returns it unswapped (None in a dry run). On any error the `.cleaned` files are removed and the error
-    propagates; the log itself is untouched. `ring` holds the read buffers (a new one if None).
+    Returns it unswapped; None in a dry run, and when the output is the group's input byte for byte (one
+    segment, every batch copied untouched, the same `.txnindex` entries): then its `.cleaned` files are removed
+    before any fsync and `stats.groups_unchanged` counts it. On any error the `.cleaned` files are removed and
+    the error propagates; the log itself is untouched. `ring` holds the read buffers (a new one if None).
     `charge_io(n)` is called before each read (on the read-ahead thread) and each write of n bytes (the I/O
     throttle: it may block, or raise to abort); `on_bytes(n, direction)` after each.
     """
@@ -403,13 +502,16 @@ def clean_group(
     cleaned = None if ctx.dry_run else log.new_cleaned_segment(group[0].base_offset)
     try:
         original_txns = {}
+        original_entries: list[AbortedTxn] = []
         for seg in group:
             if seg.paths.txnindex.exists():
                 for txn in seg.txn_index.all_aborted():
                     original_txns[(txn.producer_id, txn.last_offset)] = txn
+                    original_entries.append(txn)
         kept_markers: list[int] = []
         output = _OutputBuffer()
-        for result, action, keep, needs_horizon, invalid in read_ahead(
+        unchanged = len(group) == 1  # several segments become one: never the same files
+        for result, action, keep, needs_horizon, clear_horizon, pending, invalid in read_ahead(
             _decided_windows(group, ctx, ring if ring is not None else WindowRing(WINDOW_BYTES), charge_io),
             name="recopy-read-ahead",
         ):
@@ -419,14 +521,17 @@ def clean_group(
             on_bytes(read, "read")
             stats.records_read += result.n_records
             stats.batches_read += result.n_batches
-            _note_horizons(stats, result, action, needs_horizon, ctx)
+            _note_horizons(stats, pending)
             stats.invalid_records += invalid
             stats.records_written += int(np.count_nonzero(keep))
             dirty = (result.offset >= ctx.first_dirty) & ~result.is_control[result.batch_index]
             stats.dirty_records_read += int(np.count_nonzero(dirty))
             stats.dirty_records_written += int(np.count_nonzero(dirty & keep))
-            written, batches = _window_output(result, ctx, action, keep, needs_horizon, stats, output)
+            written, batches = _window_output(result, ctx, action, keep, needs_horizon, stats, output, clear_horizon)
             stats.batches_written += batches
+            if unchanged:  # a memcmp per window while nothing differs; nothing once something does
+                start = result.start_position - result.base_position
+                unchanged = written == read and np.array_equal(output.data[:written], result.buffer[start:start + read])
             kept_control = np.nonzero(result.is_control & (action != ACTION_DROP))[0]
             kept_markers.extend(int(result.base_offset[j]) for j in kept_control.tolist())
             if batches:
@@ -440,7 +545,15 @@ def clean_group(
                     )
                     faults.hit("recopy.mid_group")
         if cleaned is not None:
-            _write_txn_index(cleaned, group, kept_markers, original_txns, ctx.survey)
+            entries = _txn_entries(cleaned, group, kept_markers, original_txns, ctx.survey)
+            if unchanged and entries == original_entries:
+                # Nothing to swap: the old segment stays as it is (same inode and mtime); no fsync, no rename.
+                cleaned.delete_files()
+                stats.groups_unchanged += 1
+                stats.groups.append((group[0].base_offset, len(group)))
+                return None
+            for entry in entries:
+                cleaned.txn_index.append(entry)
             # The index files are written at finalise: with a small index.interval.bytes they are not small.
             charge_io((cleaned.offset_index.entries + 1) * fmt.OFFSET_INDEX_ENTRY.size
                       + (cleaned.time_index.entries + 1) * fmt.TIME_INDEX_ENTRY.size)
@@ -459,7 +572,8 @@ def clean_group(
 
 def _decided_windows(group: list[LogSegment], ctx: RecopyContext, ring: WindowRing,
                      charge_io: Callable[[int], None] | None = None):
-    """(scan result, actions, keep mask, needs horizon, invalid count) per window of `group`, in order; runs on
+    """(scan result, actions, keep mask, needs horizon, clear horizon, pending horizons, invalid count) per
+    window of `group`, in order (the transaction state of `ctx` advances window by window); runs on
     the read-ahead thread (charges each read to `charge_io` before it, reads, scans and decides; the map and
     the survey are only read in this phase)."""
     nonempty = [k for k, s in enumerate(group) if s.size_bytes > 0]
@@ -470,28 +584,34 @@ def _decided_windows(group: list[LogSegment], ctx: RecopyContext, ring: WindowRi
         for _, result in seg.scan_windows(window_bytes=ring.window_bytes, ring=ring, verify_crc=False,
                                           before_read=charge_io):
             group_last = result.n_batches - 1 if (k == last_nonempty and result.end_position == size) else -1
-            yield (result, *_decide(result, ctx, retain_legacy_tombstones, group_last))
+            action, keep, needs_horizon, invalid = _decide(result, ctx, retain_legacy_tombstones, group_last)
+            action, clear_horizon, pending = _horizons(result, ctx, action, keep, needs_horizon)
+            yield result, action, keep, needs_horizon, clear_horizon, pending, invalid
 
 
-def _note_horizons(stats: RecopyStats, result, action, needs_horizon, ctx: RecopyContext) -> None:
-    """Track the soonest delete horizon among the batches kept with records (when a next pass is due)."""
-    written = (action == ACTION_VERBATIM) | (action == ACTION_REBUILD)
-    horizons = np.where(needs_horizon, ctx.now_ms + ctx.delete_retention_ms, result.delete_horizon_ms)[written]
-    horizons = horizons[horizons >= 0]
+def _note_horizons(stats: RecopyStats, pending: np.ndarray) -> None:
+    """Track the soonest pending delete horizon (`_horizons`) of the written batches: when a next pass is due."""
+    horizons = pending[pending >= 0]
     if len(horizons):
         soonest = int(horizons.min())
         if stats.earliest_delete_horizon_ms < 0 or soonest < stats.earliest_delete_horizon_ms:
             stats.earliest_delete_horizon_ms = soonest
 
 
-def _write_txn_index(cleaned: LogSegment, group, kept_markers: list[int], original: dict, survey: LogSurvey) -> None:
+def _txn_entries(cleaned: LogSegment, group, kept_markers: list[int], original: dict,
+                 survey: LogSurvey) -> list[AbortedTxn]:
     """The cleaned segment's `.txnindex`: aborted transactions whose ABORT marker it keeps while data remains."""
     start = group[0].base_offset
     end = max(cleaned.read_next_offset(), start)
     kept = set(kept_markers)
+    entries = []
     for txn in survey.aborted_transactions_ending_in(start, end):
         if txn.marker_offset not in kept or txn.data_batches == 0:
             continue
         entry = original.get((txn.producer_id, txn.marker_offset))
-        lso = entry.last_stable_offset if entry is not None else txn.marker_offset + 1
-        cleaned.txn_index.append(AbortedTxn(0, txn.producer_id, txn.first_offset, txn.marker_offset, lso))
+        if entry is not None:  # re-appended as it was (Kafka's rule), though its first data may have gone since
+            entries.append(AbortedTxn(0, txn.producer_id, entry.first_offset, txn.marker_offset,
+                                      entry.last_stable_offset))
+        else:
+            entries.append(AbortedTxn(0, txn.producer_id, txn.first_offset, txn.marker_offset, txn.marker_offset + 1))
+    return entries

@@ -11,7 +11,13 @@ phase before anything is swapped, and then the round raises `CorruptRecordError`
 the log byte-for-byte as it was. Damage under a valid CRC inside the records of the clean section (which
 only the recopy decodes) is found when the recopy reaches its group: the groups before it stay swapped, each
 complete, as in Kafka; that group and every later one are left as they were. An abort (`check_abort` raising) between windows removes the group's `.cleaned`
-files and leaves every group old or new. The cleaner checkpoint is written only after every group swapped.
+files and leaves every group old or new. The cleaner checkpoint is written only after every group swapped,
+and only when it moves. A group whose output is its input byte for byte is not swapped (`cleaner.recopy`),
+so a round with nothing to remove changes no file.
+
+Delete horizons (KIP-534): the round reports the soonest horizon of a kept tombstone or marker that a later
+pass may act on (`RoundResult.next_delete_horizon_ms`); with `horizon_pass`, a log whose survey finds such a
+horizon passed below its first uncleanable offset gets that pass even with nothing dirty.
 
 In generational mode (`cleaner.generations`) the offset map covers the younger merged generations and the
 dirty head, only segments from the oldest merged generation on are recopied, and a partial round keeps every
@@ -76,7 +82,9 @@ class RoundResult:
     batches_rebuilt: int
     batches_emptied: int
     invalid_records: int
-    next_delete_horizon_ms: int  # soonest delete horizon left in the cleaned part (-1: none): when a pass is due
+    # The soonest delete horizon of a kept tombstone or marker below the first uncleanable offset that a later
+    # pass may act on (-1: none): when a horizon pass is due.
+    next_delete_horizon_ms: int
     size_before_bytes: int
     size_after_bytes: int
     groups: int
@@ -90,6 +98,7 @@ class RoundResult:
     elapsed_s: float
     verified_records: int = 0  # log.cleaner.verify: latest records confirmed in the output (0 when off)
     verify_s: float = 0.0
+    groups_unchanged: int = 0  # groups whose output was their input: not swapped (same files, same inodes)
 
     @property
     def survivorship(self) -> float | None:
@@ -130,6 +139,7 @@ def clean_round(
     forced_to: int | None = None,
     dry_run: bool = False,
     force_recopy: bool = False,
+    horizon_pass: bool = False,
     seed: int | None = None,
     check_abort: Callable[[], None] = lambda: None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
@@ -142,7 +152,9 @@ def clean_round(
     The map is reset with `seed` (random when None) so that a rare 128-bit hash collision does not repeat
     round after round. With `force_recopy`, a log with no dirty section still has its clean section
     recopied, so tombstones and markers whose delete horizon has passed go (Kafka never revisits such a
-    log until new writes make it dirty). `ring` holds the read buffers of the round's windows; a cleaner
+    log until new writes make it dirty). With `horizon_pass`, the same when the survey finds a kept
+    tombstone's or marker's delete horizon passed (below the first uncleanable offset), and only then: what
+    `logcleaner clean` asks. `ring` holds the read buffers of the round's windows; a cleaner
     thread passes the same one every round, as it does its map, so rounds reuse memory. With `verify`
     (`log.cleaner.verify`), each group passes `cleaner.safety.check_group` before it is swapped in.
     `charge_io(n)` is called before every read and write of n bytes, on the thread doing it (the device's
@@ -175,9 +187,13 @@ def clean_round(
             log_.topic, log_.partition, rng.log_start_offset, checkpoint,
         )
         log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, rng.first_dirty)
+    # Horizons stamped by earlier rounds, as the survey sees them; a pass reaches no further than the range.
+    pending_ms = survey.earliest_delete_horizon_ms(rng.first_uncleanable)
+    if horizon_pass and 0 <= pending_ms <= now_ms:
+        force_recopy = True  # a kept tombstone's or marker's horizon has passed: recopy the clean section too
     if rng.empty and not (force_recopy and rng.first_dirty > rng.log_start_offset):
         return _result(log_, rng, None, None, RecopyStats(), dry_run, size_before, survey_s, 0.0, started, offset_map,
-                       survey.bytes_read, None)
+                       survey.bytes_read, None, left_horizon_ms=pending_ms)
     generations = _plan_generations(log_, survey, topic, rng, offset_map, force_recopy) if forced_from is None else None
     map_from = generations.map_from if generations is not None else rng.first_dirty
     recopy_from = generations.recopy_from if generations is not None else rng.log_start_offset
@@ -203,6 +219,7 @@ def clean_round(
         dry_run=dry_run,
         partial=generations is not None and not generations.full,
         first_dirty=rng.first_dirty,
+        txn_data_written=None if generations is not None and not generations.full else {},
     )
     stats = RecopyStats()
     groups = group_segments(
@@ -214,9 +231,12 @@ def clean_round(
     )
     verified, verify_s = 0, 0.0
     for group in groups:
+        unchanged_before = stats.groups_unchanged
         cleaned = clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes, ring=ring,
                               charge_io=charge_io)
         if cleaned is None:
+            if stats.groups_unchanged > unchanged_before:
+                log.debug("group unchanged, not swapped dir=%s base_offset=%d", log_.directory, group[0].base_offset)
             continue
         if verify:
             t = time.monotonic()
@@ -229,16 +249,24 @@ def clean_round(
             verify_s += time.monotonic() - t
         log_.replace_segments([cleaned], group)
     if not dry_run:
-        faults.hit("checkpoint.before_write")
-        log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, index.end_offset)
-        faults.hit("checkpoint.after_write")
+        # A pass over the clean section alone leaves the checkpoint where it was: then it is not rewritten.
+        if index.end_offset != (rng.first_dirty if rng.checkpoint_was_reset else checkpoint):
+            faults.hit("checkpoint.before_write")
+            log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, index.end_offset)
+            faults.hit("checkpoint.after_write")
         if generations is not None:
             older = [s for s in generations.generations[1:] if s < recopy_from]
-            save_starts(log_.directory, older + ([recopy_from] if recopy_from > rng.log_start_offset else []),
-                        file_ops=log_.file_ops)
+            starts = older + ([recopy_from] if recopy_from > rng.log_start_offset else [])
+            if starts != load_starts(log_.directory):
+                save_starts(log_.directory, starts, file_ops=log_.file_ops)
+    recopied = frozenset(s.base_offset for group in groups for s in group)
     result = _result(log_, rng, index, groups, stats, dry_run, size_before, survey_s, index.elapsed_s, started, offset_map,
-                     survey.bytes_read, generations, (verified, verify_s))
+                     survey.bytes_read, generations, (verified, verify_s),
+                     left_horizon_ms=survey.earliest_delete_horizon_ms(rng.first_uncleanable, recopied))
     log.info("%s", result.log_line())
+    if result.groups_unchanged:
+        log.info("%d of %d group(s) of %s-%d came out as they went in: not swapped (no rename, no fsync)",
+                 result.groups_unchanged, result.groups, log_.topic, log_.partition)
     if result.invalid_records:
         log.warning("found %d invalid (unkeyed) records in %s-%d", result.invalid_records, log_.topic, log_.partition)
     return result
@@ -263,8 +291,11 @@ def _plan_generations(log_: PartitionLog, survey, topic: TopicSettings, rng: Cle
 
 
 def _result(log_, rng: CleanableRange, index, groups, stats: RecopyStats, dry_run, size_before, survey_s, index_s, started,
-            offset_map, survey_bytes, generations: GenerationPlan | None, verified=(0, 0.0)) -> RoundResult:
+            offset_map, survey_bytes, generations: GenerationPlan | None, verified=(0, 0.0), *,
+            left_horizon_ms: int = -1) -> RoundResult:
+    """The round's result; `left_horizon_ms` is the soonest horizon of the segments it did not recopy."""
     size_after = size_before - stats.bytes_read + stats.bytes_written if dry_run else log_.size_bytes
+    horizons = [h for h in (stats.earliest_delete_horizon_ms, left_horizon_ms) if h >= 0]
     return RoundResult(
         topic=log_.topic,
         partition=log_.partition,
@@ -287,7 +318,7 @@ def _result(log_, rng: CleanableRange, index, groups, stats: RecopyStats, dry_ru
         batches_rebuilt=stats.batches_rebuilt,
         batches_emptied=stats.batches_emptied,
         invalid_records=stats.invalid_records,
-        next_delete_horizon_ms=stats.earliest_delete_horizon_ms,
+        next_delete_horizon_ms=min(horizons, default=-1),
         size_before_bytes=size_before,
         size_after_bytes=size_after,
         groups=len(groups) if groups is not None else 0,
@@ -301,4 +332,5 @@ def _result(log_, rng: CleanableRange, index, groups, stats: RecopyStats, dry_ru
         elapsed_s=time.monotonic() - started,
         verified_records=verified[0],
         verify_s=verified[1],
+        groups_unchanged=stats.groups_unchanged,
     )

@@ -3,14 +3,14 @@
 Owns what Kafka's cleaner takes from the broker's producer and transaction state, rebuilt here from the
 files alone (a standalone cleaner has no broker): which transactions exist and how they ended (committed,
 aborted or still open), how many data batches each still has, each producer's last batch and last
-timestamp, and each segment's largest timestamp. It also checks the inactive segments, so that a round finds
-their corruption before it swaps anything in: every batch's CRC and framing; the order of offsets, which the
-CRC does not cover (batches strictly increasing and not overlapping, each inside its segment's range [base,
-next segment's base) and within base + 2^31-1; a corrupt offset would otherwise reach the offset map or a
-cleaned segment's index); and every legacy (v0/v1) compressed wrapper in full, since its inner messages carry
-CRCs of their own. What a valid CRC covers inside a v2 batch's records is decoded by the later phases: the
-index phase decodes the dirty section before anything is swapped, the recopy phase the clean section group by
-group.
+timestamp, and each segment's largest timestamp and soonest delete horizon. It also checks the inactive
+segments, so that a round finds their corruption before it swaps anything in: every batch's CRC and framing;
+the order of offsets, which the CRC does not cover (batches strictly increasing and not overlapping, each
+inside its segment's range [base, next segment's base) and within base + 2^31-1; a corrupt offset would
+otherwise reach the offset map or a cleaned segment's index); and every legacy (v0/v1) compressed wrapper in
+full, since its inner messages carry CRCs of their own. What a valid CRC covers inside a v2 batch's records is
+decoded by the later phases: the index phase decodes the dirty section before anything is swapped, the recopy
+phase the clean section group by group.
 
 One pass over the headers (`segments.scan` with `headers_only`, read and checked on a read-ahead thread,
 `segments.readahead`); control batches and legacy wrappers, which are rare, are decoded in full. This is the
@@ -76,6 +76,9 @@ class SegmentSurvey:
     first_batch_timestamp: int  # maxTimestamp of its first batch (-1 if empty)
     next_offset: int  # last batch's lastOffset + 1, or the base offset if empty
     last_modified_ms: int
+    # The soonest delete horizon among its batches with records (-1: none). A cleaner writes a horizon only on a
+    # batch that keeps a tombstone or a marker (`cleaner.recopy`), so one that has passed means work for a pass.
+    earliest_delete_horizon_ms: int = -1
 
 
 @dataclass
@@ -145,6 +148,23 @@ class LogSurvey:
             return bool(data_batches[j] == 0)
         return False
 
+    def is_transaction_marker(self, producer_id: int, marker_offset: int) -> bool:
+        """True if the control batch at `marker_offset` is the COMMIT/ABORT marker of one of the producer's
+        transactions (other control records end none)."""
+        txns = self._by_producer.get(producer_id)
+        if txns is None:
+            return False
+        markers = txns[1]
+        j = int(np.searchsorted(markers, marker_offset))
+        return j < len(markers) and int(markers[j]) == marker_offset
+
+    def earliest_delete_horizon_ms(self, below: int, skip: frozenset[int] = frozenset()) -> int:
+        """The soonest delete horizon of the segments whose base offset is below `below`, those in `skip` left
+        out (-1: none)."""
+        horizons = [s.earliest_delete_horizon_ms for s in self.segments
+                    if s.base_offset < below and s.base_offset not in skip and s.earliest_delete_horizon_ms >= 0]
+        return min(horizons, default=-1)
+
     def aborted_transactions_ending_in(self, start: int, end: int) -> list[Transaction]:
         """Aborted transactions whose marker lies in [start, end), by marker offset (for `.txnindex`)."""
         out = [t for t in self.transactions if t.aborted and start <= t.marker_offset < end]
@@ -187,7 +207,7 @@ def survey_log(
     surveys: list[SegmentSurvey] = []
     bytes_read = 0
     sizes = [segment.size_bytes for segment in segments]
-    largest_ts = first_ts = -1
+    largest_ts = first_ts = horizon_ms = -1
     next_offset = segments[0].base_offset if segments else 0
     offset_floor = 0  # the lowest offset the next batch of an inactive segment may start at
     for i, window, result in read_ahead(_checked_windows(segments, ring, charge_io), name="survey-read-ahead"):
@@ -204,9 +224,10 @@ def survey_log(
                     first_batch_timestamp=first_ts,
                     next_offset=next_offset,
                     last_modified_ms=os.stat(segment.paths.log).st_mtime_ns // 1_000_000,
+                    earliest_delete_horizon_ms=horizon_ms,
                 )
             )
-            largest_ts = first_ts = -1
+            largest_ts = first_ts = horizon_ms = -1
             next_offset = segments[i + 1].base_offset if i + 1 < len(segments) else 0
             continue
         bytes_read += result.end_position - result.start_position
@@ -214,6 +235,10 @@ def survey_log(
         if first_ts == -1 and result.start_position == 0:
             first_ts = int(result.max_timestamp[0])
         largest_ts = max(largest_ts, int(result.max_timestamp.max()))
+        horizons = result.delete_horizon_ms[(result.delete_horizon_ms >= 0) & (result.records_count != 0)]
+        if len(horizons):
+            soonest = int(horizons.min())
+            horizon_ms = soonest if horizon_ms < 0 else min(horizon_ms, soonest)
         next_offset = int(result.last_offset[-1]) + 1
         _track_producers(result, window, producers, transactions, segment.paths.log)
     for state in producers.values():

@@ -1,5 +1,9 @@
 """Transaction rules: aborted data goes at once, markers outlive their data, open transactions bound a round.
 
+A marker is stamped with its delete horizon by the pass that removes its transaction's last data batch (Kafka
+waits for the pass after that one, which an idle log never gets; see `cleaner/recopy.py`), and goes at the
+first pass after the horizon.
+
 Producers here expire quickly (`producer_expiration_ms`), so that "the producer's last batch" retention
 (test_rules_producers.py) does not keep the batches these tests expect to go.
 """
@@ -48,38 +52,51 @@ def test_aborted_data_is_dropped_at_once_and_never_shadows_committed_values(tmp_
         (0, b"k", b"committed"),
         (1, b"u", b"committed-u"),
         (4, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00"),  # the COMMIT marker
-        (6, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00"),  # the ABORT marker (its data was in this pass)
+        (6, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00"),  # the ABORT marker, stamped (its data just went)
         (7, b"z", b"z1"),
     ]
 
 
-def test_abort_marker_is_kept_while_its_data_remains_then_stamped_then_removed_after_the_horizon(tmp_path):
+def test_abort_marker_is_kept_as_it_is_while_an_empty_header_of_its_data_stays_for_the_producer(tmp_path):
+    d = partition_dir(tmp_path)
+    build_log(d, [
+        txn_batch([(b"x", b"1"), (b"y", b"1")], pid=2),  # 0-1: the producer's last data batch
+        abort(2),  # 2
+        batch([(b"z", b"z1")]),  # 3
+    ])
+    marker = raw_batches(d)[2]
+    for i in range(2):  # the producer has not expired: its last batch stays, as an empty header
+        build_log(d, [batch([(b"n%d" % i, b"v")])])
+        clean(d, now_ms=T0 + 10_000 + i * 10 * RETENTION_MS, settings={"delete.retention.ms": RETENTION_MS})
+        assert _by_base(d)[0].header.records_count == 0
+        assert raw_batches(d)[2] == marker  # without it the empty batch would read as an open transaction
+
+
+def test_abort_marker_is_stamped_by_the_pass_that_removes_its_data_and_removed_after_the_horizon(tmp_path):
     d = partition_dir(tmp_path)
     build_log(d, [
         txn_batch([(b"x", b"1"), (b"y", b"1")], pid=2),  # 0-1
         abort(2),  # 2
         batch([(b"z", b"z1")]),  # 3
     ])
-    marker = raw_batches(d)[2]
     now1 = T0 + 10_000
     clean(d, now_ms=now1, **EXPIRED)
     assert sorted(raw_batches(d)) == [2, 3]
-    assert raw_batches(d)[2] == marker  # its data was in this pass: kept as it was
-
-    build_log(d, [batch([(b"c", b"c1")])])
-    now2 = now1 + 100
-    clean(d, now_ms=now2, **EXPIRED)
     stamped = _by_base(d)[2]
     assert stamped.header.is_control and stamped.header.records_count == 1
-    assert stamped.header.delete_horizon_ms == now2 + RETENTION_MS
+    assert stamped.header.delete_horizon_ms == now1 + RETENTION_MS
     assert stamped.records[0].timestamp == T0
 
+    build_log(d, [batch([(b"c", b"c1")])])
+    clean(d, now_ms=now1 + 100, **EXPIRED)
+    assert _by_base(d)[2].header.delete_horizon_ms == now1 + RETENTION_MS  # not stamped again
+
     build_log(d, [batch([(b"e", b"e1")])])
-    clean(d, now_ms=now2 + RETENTION_MS - 1, **EXPIRED)
+    clean(d, now_ms=now1 + RETENTION_MS - 1, **EXPIRED)
     assert 2 in _by_base(d)  # before the horizon
 
     build_log(d, [batch([(b"f", b"f1")])])
-    clean(d, now_ms=now2 + RETENTION_MS, **EXPIRED)
+    clean(d, now_ms=now1 + RETENTION_MS, **EXPIRED)
     assert 2 not in _by_base(d)
     assert [o for o, _, _ in records(d)] == [3, 4, 5, 6]
 
@@ -102,18 +119,17 @@ def test_commit_marker_is_stamped_once_its_data_is_gone_and_removed_after_the_ho
         batch([(b"a", b"2")]),  # 2: supersedes the committed value
         batch([(b"z", b"z1")]),  # 3
     ])
-    marker = raw_batches(d)[1]
     now1 = T0 + 10_000
     clean(d, now_ms=now1, **EXPIRED)
     assert 0 not in raw_batches(d)
-    assert raw_batches(d)[1] == marker  # its transaction's data was traversed in this pass
+    assert _by_base(d)[1].header.delete_horizon_ms == now1 + RETENTION_MS  # stamped as its data went
 
     build_log(d, [batch([(b"c", b"c1")])])
-    clean(d, now_ms=now1 + 1, **EXPIRED)
-    assert _by_base(d)[1].header.delete_horizon_ms == now1 + 1 + RETENTION_MS
+    clean(d, now_ms=now1 + RETENTION_MS - 1, **EXPIRED)
+    assert _by_base(d)[1].header.delete_horizon_ms == now1 + RETENTION_MS  # kept before the horizon
 
     build_log(d, [batch([(b"e", b"e1")])])
-    clean(d, now_ms=now1 + 1 + RETENTION_MS, **EXPIRED)
+    clean(d, now_ms=now1 + RETENTION_MS, **EXPIRED)
     assert 1 not in _by_base(d)
     assert records(d) == [(2, b"a", b"2"), (3, b"z", b"z1"), (4, b"c", b"c1"), (5, b"e", b"e1")]
 
@@ -175,7 +191,7 @@ def test_cleaned_txnindex_lists_aborted_transactions_whose_marker_is_kept_while_
 
     build_log(d, [batch([(b"c", b"c1")])])
     clean(d, now_ms=now1 + 1, settings=settings, producer_expiration_ms=1_000)
-    assert _by_base(d)[3].header.has_delete_horizon  # now its data is gone
+    assert _by_base(d)[3].header.has_delete_horizon  # stamped when its data went
     assert all(not entries for entries in _aborted_index(d).values())
 
 
@@ -212,7 +228,8 @@ def test_markers_are_never_deduplicated_even_when_a_data_key_equals_the_control_
     before = raw_batches(d)
     clean(d, now_ms=T0 + 10_000, **EXPIRED)
     after = raw_batches(d)
-    assert after[1] == before[1] and after[3] == before[3]
+    assert after[1] == before[1]  # its data stays
+    assert (3, abort_key, b"\x00\x00\x00\x00\x00\x00") in records(d)  # its data went: stamped, still there
     assert [(o, k, v) for o, k, v in records(d) if o >= 4] == [
         (6, commit_key, b"data-2"), (7, abort_key, b"data-2"), (8, b"z", b"z1")
     ]
