@@ -19,7 +19,6 @@ for the gauges (so they are never stale). Names:
 | logcleaner_partition_dirty_ratio{topic,partition,log_dir} | per partition |
 | logcleaner_partition_cleanable_bytes{topic,partition,log_dir} | per partition |
 | logcleaner_partition_next_delete_horizon_seconds{topic,partition,log_dir} | when a kept tombstone's or marker's delete horizon passes next (epoch seconds, as of its last round; -1: none) |
-| logcleaner_partition_next_delete_horizon_seconds{topic,partition,log_dir} | when a kept tombstone's or marker's delete horizon passes next (epoch seconds, as of its last round; -1: none) |
 | logcleaner_round_duration_seconds | histogram of round durations |
 | logcleaner_rounds_total{result} | rounds by outcome: ok, aborted, failed |
 | logcleaner_records_removed_total, logcleaner_bytes_removed_total | what cleaning removed |
@@ -180,10 +179,6 @@ class _StateCollector:
                     [([t, str(p), d], r) for t, p, d, r, _ in partitions])
         yield gauge("logcleaner_partition_cleanable_bytes", "Cleanable bytes of each partition.", None, labels,
                     [([t, str(p), d], c) for t, p, d, _, c in partitions])
-        horizons = state.get("delete_horizons", [])  # (topic, partition, log_dir, next horizon ms or -1)
-        yield gauge("logcleaner_partition_next_delete_horizon_seconds",
-                    "When the next kept tombstone's or marker's delete horizon passes, epoch seconds (-1: none).",
-                    None, labels, [([t, str(p), d], h / 1000.0 if h >= 0 else -1.0) for t, p, d, h in horizons])
         horizons = state.get("delete_horizons", [])  # (topic, partition, log_dir, next horizon ms or -1)
         yield gauge("logcleaner_partition_next_delete_horizon_seconds",
                     "When the next kept tombstone's or marker's delete horizon passes, epoch seconds (-1: none).",
