@@ -115,7 +115,7 @@ def run(config_path: Path | None, server_properties: Path | None, log_level: str
     import logging
 
     from .config_file import ConfigFileError
-    from .daemon import Daemon
+    from .daemon import Daemon, DaemonStartError
 
     logging.basicConfig(
         level=getattr(logging, log_level.upper()),
@@ -125,6 +125,8 @@ def run(config_path: Path | None, server_properties: Path | None, log_level: str
         daemon = Daemon(config_path, server_properties=server_properties)
     except ConfigFileError as exc:
         raise click.UsageError(str(exc)) from None
+    except DaemonStartError as exc:
+        raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
     daemon.install_signal_handlers()

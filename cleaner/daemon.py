@@ -18,12 +18,16 @@ hook to drive `min.compaction.lag.ms`, `max.compaction.lag.ms` and delete horizo
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import signal
 import threading
 import time
 from pathlib import Path
+
+from segments.log import parse_partition_dir_name
+from segments.pathcheck import open_no_follow
 
 from .admin_http import AdminServer, is_loopback, parse_listen
 from .admin_token import (
@@ -35,7 +39,7 @@ from .metrics import CleanerMetrics
 from .pool import CleanerPool
 from .throttle import DeviceThrottles, device_label
 
-__all__ = ["Daemon", "clock_from_environment"]
+__all__ = ["DAEMON_LOCK", "Daemon", "DaemonStartError", "clock_from_environment"]
 
 log = logging.getLogger(__name__)
 
@@ -108,17 +112,71 @@ def _admin_token(server: dict, loaded: LoadedConfig) -> bytes | None:
 
 def _check_log_dirs(loaded: LoadedConfig) -> list[Path]:
     """The configured log dirs, each resolved once: a log dir path may be a symbolic link (the operator's
-    choice), and resolving it here keeps the daemon on one target; nothing inside a log dir is followed."""
+    choice), and resolving it here keeps the daemon on one target; nothing inside a log dir is followed.
+
+    As Kafka does, refuses a log dir given twice and a partition found in two log dirs (which copy is the
+    log would be a guess)."""
     dirs = [Path(d) for d in loaded.settings.broker["log.dirs"]]
-    resolved = []
+    resolved: list[Path] = []
+    seen: dict[str, Path] = {}
     for d in dirs:
         if not d.is_dir():
             raise ConfigFileError(f"setting 'log.dirs' = {[str(x) for x in dirs]!r}: {d} is not a directory")
         target = d.resolve()
         if target != d.absolute():
             log.info("log dir %s resolves to %s; using that", d, target)
+        if target in resolved:
+            raise ConfigFileError(f"setting 'log.dirs': {target} is given twice")
+        for name in sorted(os.listdir(target)):
+            if parse_partition_dir_name(name) is None or not (target / name).is_dir():
+                continue
+            if name in seen:
+                raise ConfigFileError(f"setting 'log.dirs': partition {name} is in two log dirs, {seen[name]} and "
+                                      f"{target}; Kafka refuses to start so, and so does logcleaner: remove one")
+            seen[name] = target
         resolved.append(target)
     return resolved
+
+
+DAEMON_LOCK = ".logcleaner-daemon.lock"  # in each log dir: the one daemon that cleans it, and its pid
+
+
+class DaemonStartError(RuntimeError):
+    """The daemon cannot start: another daemon runs on a log dir, or its address is taken."""
+
+
+class _DaemonLocks:
+    """An exclusive flock on `<log dir>/.logcleaner-daemon.lock` per log dir, held for the daemon's life,
+    with the holder's pid written in the file, so a second daemon is refused with the first one's pid."""
+
+    def __init__(self) -> None:
+        self._fds: dict[Path, int] = {}
+
+    def take(self, log_dirs: list[Path]) -> None:
+        """Lock every log dir not yet held (release the ones no longer listed); raises DaemonStartError."""
+        for log_dir in list(self._fds):
+            if log_dir not in log_dirs:
+                os.close(self._fds.pop(log_dir))
+        for log_dir in log_dirs:
+            if log_dir in self._fds:
+                continue
+            path = log_dir / DAEMON_LOCK
+            fd = open_no_follow(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                os.close(fd)
+                who = f"(pid {holder}) " if holder.isdigit() else ""
+                raise DaemonStartError(f"another logcleaner daemon {who}cleans {log_dir}: stop it first") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            self._fds[log_dir] = fd
+
+    def release(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
 
 class Daemon:
@@ -131,6 +189,8 @@ class Daemon:
         self.loaded = load_config(config_path, server_properties=server_properties)
         self.server = _server_settings(self.loaded)
         self.log_dirs = _check_log_dirs(self.loaded)
+        self.daemon_locks = _DaemonLocks()
+        self.daemon_locks.take(self.log_dirs)
         self.admin_token = _admin_token(self.server, self.loaded)  # read by the HTTP handler for each POST
         broker = self.loaded.settings.broker
         self.manager = CleanerManager(
@@ -147,7 +207,11 @@ class Daemon:
         self.pool = CleanerPool(
             self.manager, self.throttles, self.metrics, threads=broker["log.cleaner.threads"], clock_ms=self.clock_ms
         )
-        self.http = AdminServer(self, str(self.server["listen"]))
+        try:
+            self.http = AdminServer(self, str(self.server["listen"]))
+        except OSError as exc:
+            self.daemon_locks.release()
+            raise DaemonStartError(f"cannot listen on {self.server['listen']}: {exc.strerror or exc}") from None
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._wake = threading.Event()  # set by every signal, so the main loop reacts at once
@@ -294,7 +358,8 @@ class Daemon:
             server = _server_settings(loaded)
             log_dirs = _check_log_dirs(loaded)
             admin_token = _admin_token(server, loaded)  # the token file is read again at every reload
-        except ConfigFileError as exc:
+            self.daemon_locks.take(log_dirs)
+        except (ConfigFileError, DaemonStartError, OSError) as exc:
             log.error("config reload rejected; keeping the running config: %s", exc)
             return
         broker = loaded.settings.broker
@@ -316,6 +381,7 @@ class Daemon:
         log.info("logcleaner stopping: aborting running rounds")
         stopped = self.pool.stop(timeout_s=float(self.server["shutdown_timeout_s"]))
         self.http.stop()
+        self.daemon_locks.release()
         if not stopped:
             log.error("cleaner threads did not stop in time; leftovers are recovered at the next start")
             return 1
