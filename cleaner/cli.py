@@ -149,7 +149,9 @@ def status(url: str | None, config_path: Path | None, as_json: bool) -> None:
     d = body["daemon"]
     click.echo(f"threads {d['threads_alive']}/{d['threads']}, log dirs {', '.join(d['log_dirs'])}, "
                f"I/O {d['io_bytes_total'] / 1e6:.1f} MB")
-    click.echo(f"{'PARTITION':<32} {'STATE':<12} {'DIRTY':>7} {'CLEANABLE MB':>13} {'ROUNDS':>6}  LAST / PROBLEM")
+    several = len(d["log_dirs"]) > 1  # then each row names its log dir
+    click.echo(f"{'PARTITION':<32} {'LOG DIR  ' if several else ''}{'STATE':<12} {'POLICY':<15} {'DIRTY':>7} "
+               f"{'CLEANABLE MB':>13} {'ROUNDS':>6}  LAST / PROBLEM")
     for p in body["partitions"]:
         last = p["last_round"]
         note = p["uncleanable_reason"] and f"UNCLEANABLE: {p['uncleanable_reason']}" or (
@@ -157,8 +159,14 @@ def status(url: str | None, config_path: Path | None, as_json: bool) -> None:
         if p.get("retention_segments_deleted"):
             note = "; ".join(filter(None, [note, f"retention deleted {p['retention_segments_deleted']} segment(s), "
                                                  f"log start {p['log_start_offset']}"]))
-        click.echo(f"{p['partition']:<32} {p['state']:<12} {p['dirty_ratio']:>7.3f} "
+        if not p.get("policy_known", True):
+            note = "; ".join(filter(None, [note, f"left as it is, policy unknown: {p['policy_source']}"]))
+        policy = p.get("cleanup_policy") or "unknown"
+        where = f"{p['log_dir']}  " if several else ""
+        click.echo(f"{p['partition']:<32} {where}{p['state']:<12} {policy:<15} {p['dirty_ratio']:>7.3f} "
                    f"{p['cleanable_bytes'] / 1e6:>13.2f} {p['rounds']:>6}  {note}")
+    for log_dir, reason in body.get("offline_log_dirs", {}).items():
+        click.echo(f"offline: {log_dir}: {reason}")
     for entry in body.get("ignored", []):
         click.echo(f"ignored: {entry['path']}: {entry['reason']}")
 

@@ -629,7 +629,7 @@ def test_status_and_admin_commands_drive_the_running_daemon(env):
     text = run_cli("status", *url)  # once through the real entry point
     assert text.returncode == 0, text.stderr
     for name in ("ops-0", "ops-1"):  # (the first retention pass may hold one in progress for a moment)
-        assert re.search(rf"^{name}\s+(idle|in_progress)\s+1\.000\s", text.stdout, re.M), text.stdout
+        assert re.search(rf"^{name}\s+(idle|in_progress)\s+compact\s+1\.000\s", text.stdout, re.M), text.stdout
     as_json = cli("status", "--json", *url)
     assert as_json.exit_code == 0
     assert {p["partition"] for p in json.loads(as_json.stdout)["partitions"]} == {"ops-0", "ops-1"}
