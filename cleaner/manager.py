@@ -317,6 +317,8 @@ class CleanerManager:
                     log.warning("ignoring log dir entry path=%s reason=%s", pathcheck.display_path(path), reason)
             self.ignored = ignored
             for directory in list(self.partitions):
+                if self.partitions[directory].log_dir in self.offline_log_dirs:
+                    continue  # not listed while offline; still shown (an offline log dir's partitions are not gone)
                 if directory not in found and self.partitions[directory].state != PartitionState.IN_PROGRESS:
                     log.info("partition removed dir=%s", directory)
                     del self.partitions[directory]
