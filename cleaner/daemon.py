@@ -169,8 +169,11 @@ class _DaemonLocks:
                 os.close(fd)
                 who = f"(pid {holder}) " if holder.isdigit() else ""
                 raise DaemonStartError(f"another logcleaner daemon {who}cleans {log_dir}: stop it first") from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except OSError as exc:  # a full disk: the lock holds all the same; only the pid goes unnamed
+                log.warning("cannot write the daemon's pid into %s: %s", path, exc.strerror)
             self._fds[log_dir] = fd
 
     def release(self) -> None:
