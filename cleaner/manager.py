@@ -4,13 +4,15 @@ Owns what Kafka's `LogCleanerManager` owns, under one lock: discovering partitio
 log dirs (new and removed ones are noticed at every pass), estimating each log's dirty ratio and
 compaction delay cheaply (directory listing, file sizes, the last time-index entry and first batch header
 of dirty segments; no log is held open), picking the filthiest eligible log (ratio above
-`min.cleanable.dirty.ratio`, or overdue by `max.compaction.lag.ms`, or triggered by an operator, or holding
-tombstones whose horizon has passed), and the per-partition state machine: idle → in progress → idle,
+`min.cleanable.dirty.ratio`, or overdue by `max.compaction.lag.ms`, or triggered by an operator, or keeping
+a tombstone or marker whose delete horizon has passed, as its last round reported), and the per-partition
+state machine: idle → in progress → idle,
 in progress → aborted → paused, paused(n) ↔ paused(n±1) with counted pauses.
 
 Where it does better than Kafka (docs/kafka-cleaner.md section 4): an uncleanable partition is retried when
 its files change or after a backoff that doubles up to a cap, instead of staying stuck until restart; a
-log whose expired tombstones wait only for a second pass is selected again once their horizon passes; a
+log whose tombstones or markers wait only for a second pass is selected again once their horizon passes,
+and only while one has passed (a round reports only horizons a later pass can act on, `cleaner.recopy`); a
 log dir whose files raise an I/O error goes offline alone; concurrent cleanings are spread over devices.
 
 It never cleans and never touches segment files; the pool's threads do (see `cleaner.pool`).
@@ -83,7 +85,7 @@ class Candidate:
     dirty_ratio: float
     compaction_delay_ms: int
     reason: str  # "dirty ratio", "max.compaction.lag.ms", "triggered", "delete horizon"
-    force_recopy: bool  # recopy even with no dirty section (to drop tombstones whose horizon passed)
+    force_recopy: bool  # recopy even with no dirty section (to drop tombstones and markers whose horizon passed)
 
 
 @dataclass(slots=True)
@@ -104,7 +106,7 @@ class PartitionStatus:
     first_uncleanable: int = 0
     compaction_delay_ms: int = 0
     triggered: bool = False
-    next_delete_horizon_ms: int = -1
+    next_delete_horizon_ms: int = -1  # of a kept tombstone or marker, from its last round (-1: none): when it is due
     uncleanable_reason: str | None = None
     uncleanable_fingerprint: tuple = ()
     uncleanable_retry_at_ms: int = 0
