@@ -14,6 +14,10 @@ Keys are counted exactly, by their MurmurHash3 x64 128 pair (the offset map's ha
 would be counted once — at 2^-128 per pair, never in practice), at about 33 bytes of memory per keyed record.
 Records of aborted transactions are left out of the key statistics (no consumer reading committed data sees
 them) and counted on their own. Records below the log start offset are not counted. Nothing is written.
+
+A partition holding the leftovers of an interrupted clean or swap (`.cleaned`, `.swap`, `.deleted` files) is
+audited as Kafka will see it once it has recovered them (the reader's view, `segments.recovery`: a rolled-forward
+`.swap` segment in place of the old ones), without recovering anything; the leftovers are listed.
 """
 
 from __future__ import annotations
@@ -67,11 +71,12 @@ class PartitionAudit:
     deleted_keys: int = 0  # keys whose latest record is a tombstone
     histogram: dict[str, int] = field(default_factory=dict)  # "1", "2", "3-4", ... -> number of keys
     history: dict[bytes, list[KeyRecord]] = field(default_factory=dict)
+    leftovers: list[str] = field(default_factory=list)  # .cleaned/.swap/.deleted files recovery will handle
 
     def as_dict(self) -> dict:
         out = {name: getattr(self, name) for name in (
             "partition", "log_start_offset", "log_end_offset", "size_bytes", "records", "unkeyed", "control",
-            "aborted", "distinct_keys", "tombstones", "deleted_keys", "histogram")}
+            "aborted", "distinct_keys", "tombstones", "deleted_keys", "histogram", "leftovers")}
         out["history"] = [
             {"key": display_key(key), "key_hex": key.hex(), "records": [asdict(r) for r in records]}
             for key, records in self.history.items()
@@ -142,6 +147,8 @@ def audit_partition(directory: str | os.PathLike, keys: list[bytes] | None = Non
     with PartitionLog.open(path, mode="reader") as plog:
         start = plog.log_start_offset
         audit = PartitionAudit(path.name, start, plog.log_end_offset, plog.size_bytes)
+        if plog.leftover_plan is not None:
+            audit.leftovers = list(plog.leftover_plan.leftovers)
         segments = plog.segments
         for i, segment in enumerate(segments):
             name = segment.paths.log.name
@@ -241,6 +248,9 @@ def describe(audit: PartitionAudit, *, summary: bool) -> str:
         )
         if audit.histogram:
             lines.append("  records per key: " + ", ".join(f"{b}: {n}" for b, n in audit.histogram.items()))
+    if audit.leftovers:
+        lines.append(f"  {len(audit.leftovers)} leftover file(s) of an interrupted clean or swap, shown as Kafka's "
+                     "recovery will leave the log (no file was changed): " + ", ".join(audit.leftovers))
     for key, records in audit.history.items():
         lines.append(f"{audit.partition}: key {display_key(key)}: {len(records)} record(s)")
         for r in records:

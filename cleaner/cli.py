@@ -8,6 +8,7 @@ Exit codes: 0 success, 1 a problem with the data (verify found problems, a parti
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import click
 
 from segments.errors import SegmentError
 
-from .cli_support import CommandGroup, notes_on_rebuilt_indexes
+from .cli_support import CommandGroup, OneLineUsageError, notes_on_rebuilt_indexes, one_line
 
 __all__ = ["main"]
 
@@ -28,6 +29,31 @@ def main() -> None:
     from .allocator import tune_allocator
 
     tune_allocator()
+
+
+class SizeParam(click.ParamType):
+    """A size in bytes, read by the one size parser (`cleaner.settings.parse_size`) that `--set` and the config
+    file use: `268435456`, `256MiB`, `64k`, `1g`."""
+
+    name = "size"
+
+    def __init__(self, *, min_bytes: int = 0, max_bytes: int = 2**63 - 1) -> None:
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+
+    def convert(self, value, param, ctx) -> int:
+        from .settings import parse_size
+
+        if isinstance(value, int):
+            size = value
+        else:
+            try:
+                size = parse_size(str(value))
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+        if not self.min_bytes <= size <= self.max_bytes:
+            self.fail(f"{value} is not in [{self.min_bytes}, {self.max_bytes}] bytes", param, ctx)
+        return size
 
 
 @main.command()
@@ -78,6 +104,8 @@ def verify(paths: tuple[Path, ...], as_json: bool) -> None:
 
     _warn_if_broker_owns(paths)
     summary = verify_paths(list(paths))
+    if not summary.partitions and not summary.segments and not summary.problems and all(p.is_dir() for p in paths):
+        click.echo(_no_partition_line(paths), err=True)  # as every command says it; not an error (exit 0)
     if as_json:
         click.echo(
             json.dumps(
@@ -104,14 +132,22 @@ def verify(paths: tuple[Path, ...], as_json: bool) -> None:
 
 
 @main.command()
-@click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="TOML config file: Kafka setting names, [topics.<name>] overrides, [server] settings.")
+@click.option("-c", "--config", "config_path", required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The daemon's TOML config file: Kafka setting names, [topics.<name>] overrides, "
+                   "[server] settings. Its \"log.dirs\" names the log dirs; without it, those of "
+                   "--server-properties, else Kafka's default /tmp/kafka-logs, as for a broker.")
 @click.option("--server-properties", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A Kafka server.properties to take broker-level settings from.")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
-def run(config_path: Path | None, server_properties: Path | None, log_level: str) -> None:
-    """Run the cleaner daemon: clean the dirtiest logs continuously; serve /metrics, /healthz, /status."""
+              help="A Kafka server.properties to take broker-level settings from (the config file wins).")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              help="Lowest level of the daemon's log lines (any case).")
+def run(config_path: Path, server_properties: Path | None, log_level: str) -> None:
+    """Run the cleaner daemon: clean the dirtiest logs continuously; serve /metrics, /healthz, /status.
+
+    The config file is required, so that the daemon never cleans a log dir nobody named; see -c for where its
+    log dirs come from.
+    """
     import logging
 
     from .config_file import ConfigFileError
@@ -135,7 +171,8 @@ def run(config_path: Path | None, server_properties: Path | None, log_level: str
 
 
 @main.command()
-@click.option("--url", help="The daemon's URL. Default: from the [server] listen of -c, else http://127.0.0.1:9464.")
+@click.option("--url", show_default="the [server] listen of -c, else http://127.0.0.1:9464",
+              help="The daemon's URL, http://HOST:PORT.")
 @click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The daemon's TOML config: its [server] listen gives the URL.")
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON status as it is.")
@@ -143,6 +180,9 @@ def status(url: str | None, config_path: Path | None, as_json: bool) -> None:
     """Print every partition's state, dirty ratio and last round, from a running daemon."""
     url, _ = _daemon_address(url, config_path)
     body = _http(url.rstrip("/") + "/status", "GET")
+    if not isinstance(body.get("daemon"), dict) or not isinstance(body.get("partitions"), list):
+        raise click.ClickException(f"{url}: not a logcleaner daemon's answer (its /status has no daemon and "
+                                   "partitions)")
     if as_json:
         click.echo(json.dumps(body, indent=1))
         return
@@ -174,19 +214,25 @@ def status(url: str | None, config_path: Path | None, as_json: bool) -> None:
 @main.command()
 @click.argument("operation", type=click.Choice(["pause", "resume", "trigger"]))
 @click.argument("partition")
-@click.option("--url", help="The daemon's URL. Default: from the [server] listen of -c, else http://127.0.0.1:9464.")
+@click.option("--url", show_default="the [server] listen of -c, else http://127.0.0.1:9464",
+              help="The daemon's URL, http://HOST:PORT.")
 @click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The daemon's TOML config: its [server] listen gives the URL, its admin_token_file the token.")
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="File holding the daemon's admin token. Default: $LOGCLEANER_ADMIN_TOKEN, else the "
-                   "admin_token_file of -c.")
+              show_default="$LOGCLEANER_ADMIN_TOKEN, else the admin_token_file of -c",
+              help="File holding the daemon's admin token.")
 def admin(operation: str, partition: str, url: str | None, config_path: Path | None, token_file: Path | None) -> None:
     """Pause, resume or trigger cleaning of PARTITION (<topic>-<partition>) in a running daemon.
 
     These requests change the daemon's state, so they carry its admin token (Authorization: Bearer).
     """
+    from segments.pathcheck import partition_dir_name_problem
+
     from .admin_token import AdminTokenError, authorization_header, read_token_file, token_from_environment
 
+    if (problem := partition_dir_name_problem(partition)) is not None:  # before anything is sent
+        raise click.BadParameter(f"{partition!r} is not a partition (<topic>-<partition>): {problem}",
+                                 param_hint="'PARTITION'")
     url, configured_token_file = _daemon_address(url, config_path)
     try:
         if token_file is not None:
@@ -199,6 +245,8 @@ def admin(operation: str, partition: str, url: str | None, config_path: Path | N
         raise click.ClickException(str(exc)) from None
     headers = authorization_header(token) if token is not None else {}
     body = _http(f"{url.rstrip('/')}/partitions/{partition}/{operation}", "POST", headers)
+    if not {"partition", "operation", "state", "pauses"} <= body.keys():
+        raise click.ClickException(f"{url}: not a logcleaner daemon's answer to {operation}")
     click.echo(f"{body['partition']}: {body['operation']} -> {body['state']} (pauses {body['pauses']})")
 
 
@@ -208,6 +256,8 @@ def _daemon_address(url: str | None, config_path: Path | None) -> tuple[str, Pat
     from .admin_http import client_url
     from .daemon import SERVER_DEFAULTS
 
+    if url is not None:
+        _check_url(url)
     if config_path is None:
         return url or client_url(SERVER_DEFAULTS["listen"]), None
     from .admin_token import AdminTokenError, resolve_token_file
@@ -219,17 +269,41 @@ def _daemon_address(url: str | None, config_path: Path | None) -> tuple[str, Pat
         token_file = server.get("admin_token_file")
         return address, None if token_file is None else resolve_token_file(token_file, config_path)
     except (ConfigFileError, AdminTokenError, ValueError) as exc:
-        raise click.UsageError(f"{config_path}: {exc}") from None
+        message = str(exc)  # a ConfigFileError names the file already
+        raise click.UsageError(message if message.startswith(str(config_path)) else f"{config_path}: {message}") from None
+
+
+def _check_url(url: str) -> None:
+    """Refuse (usage error) a --url that is not http(s)://HOST[:PORT][/PATH] before anything is sent."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:  # a port that is not a number, a bad IPv6 literal
+        port_ok, parts = False, None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or any(
+            ch.isspace() or not ch.isprintable() for ch in url):
+        raise click.BadParameter(f"{url!r} is not a daemon URL: expected http://HOST:PORT, e.g. "
+                                 "http://127.0.0.1:9464", param_hint="'--url'")
 
 
 def _http(url: str, method: str, headers: dict[str, str] | None = None) -> dict:
+    """The daemon's JSON answer to `method url`; a one-line `ClickException` (exit 1) when there is none."""
+    import http.client
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None, headers=headers or {})
     try:
+        request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None,
+                                         headers=headers or {})
         with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read())
+            body = json.loads(response.read())
+        if not isinstance(body, dict):
+            raise ValueError("not a JSON object")
+        return body
+    except (ValueError, http.client.HTTPException) as exc:  # not JSON, not HTTP, an invalid URL
+        raise click.ClickException(f"{url}: not a logcleaner daemon's answer ({one_line(str(exc))})") from None
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
         try:
@@ -237,8 +311,10 @@ def _http(url: str, method: str, headers: dict[str, str] | None = None) -> dict:
         except ValueError:
             pass
         raise click.ClickException(f"{url}: {exc.code}: {detail}") from None
-    except OSError as exc:
-        raise click.ClickException(f"{url}: cannot reach the daemon: {exc}") from None
+    except OSError as exc:  # URLError (connection refused, unknown host), a timeout
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        text = reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
+        raise click.ClickException(f"{url}: cannot reach the daemon: {text}") from None
 
 
 def _warn_if_broker_owns(paths) -> None:
@@ -261,6 +337,50 @@ def _warn_if_broker_owns(paths) -> None:
                 return
 
 
+def _exit_if_no_partition(paths, partitions: list[Path], refused: list) -> None:
+    """The rule of every command that takes log dirs: finding no partition in valid directories is not a usage
+    error. Says so in one line on stderr, naming the paths, why a path named like a partition is not one, and
+    what was passed over (`refused`, none of them failed), and exits 0. Does nothing when a partition was found
+    or a refused one fails the command; the caller then reports `refused` itself."""
+    if partitions or any(item.failed for item in refused):
+        return
+    click.echo(_no_partition_line(paths, refused), err=True)
+    sys.exit(0)
+
+
+def _no_partition_line(paths, refused: list = ()) -> str:
+    """The one line every command says when valid directories hold no partition."""
+    from segments.pathcheck import display_path, partition_dir_name_problem
+
+    hints = [f"; {display_path(p)} is not a partition directory itself: {problem}"
+             for p in paths if "-" in Path(p).name and (problem := partition_dir_name_problem(Path(p).name))]
+    ignored = f"; ignored: {'; '.join(str(item) for item in refused)}" if refused else ""
+    return ("no partition directories (<topic>-<partition>) found in " + ", ".join(display_path(p) for p in paths)
+            + "".join(hints) + ignored)
+
+
+KEY_FILE_BYTES_MAX = 16 * 1024 * 1024  # a key read by audit --key-file (Kafka's own limit is the message size)
+
+
+def _read_key_file(path: Path) -> bytes:
+    """The whole content of `path`, exactly, as one key; a usage error naming the file when it cannot be one."""
+    import stat
+
+    from segments.pathcheck import describe_file_kind, describe_os_error, display_path
+
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block, a device never end
+            raise click.BadParameter(f"{display_path(path)}: is {describe_file_kind(st.st_mode)}, not a regular file",
+                                     param_hint="'--key-file'")
+        if st.st_size > KEY_FILE_BYTES_MAX:
+            raise click.BadParameter(f"{display_path(path)}: {st.st_size} bytes, more than the {KEY_FILE_BYTES_MAX} "
+                                     "a key may have here", param_hint="'--key-file'")
+        return path.read_bytes()
+    except OSError as exc:
+        raise click.BadParameter(describe_os_error(exc), param_hint="'--key-file'") from None
+
+
 def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for item in values:
@@ -275,18 +395,24 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--key", "keys", multiple=True, metavar="KEY", help="A key (UTF-8 text) whose history to print (repeatable).")
 @click.option("--key-hex", "hex_keys", multiple=True, metavar="HEX", help="A key given in hex, for binary keys (repeatable).")
+@click.option("--key-file", "key_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A file whose whole content, byte for byte, is one key (a trailing newline is part of it: write "
+                   "it with printf '%s'), for keys longer than an argument may be (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition.")
 @notes_on_rebuilt_indexes
-def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, ...], as_json: bool) -> None:
-    """The history of given keys in partitions, or without --key a summary of each partition's keys.
+def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, ...], key_files: tuple[Path, ...],
+          as_json: bool) -> None:
+    """The history of given keys in partitions, or without a key a summary of each partition's keys.
 
     A key's history is every record the log still holds for it: offset, timestamp, value size or tombstone,
     segment file, and how its transaction ended when it is transactional. The summary counts records,
     distinct keys, tombstones, keys whose latest record is a tombstone, and records per key (a histogram).
-    Reads only; exit 1 if a partition cannot be read (the message names the file and byte).
+    A partition holding leftovers of an interrupted clean or swap (.cleaned, .swap, .deleted) is shown as
+    Kafka's recovery will leave it, and the leftovers are listed (nothing is changed). Reads only; exit 1 if a
+    partition cannot be read (the message names the file and byte).
     """
     from segments.errors import SegmentError
-    from segments.pathcheck import describe_os_error, display_path, find_partition_dirs
+    from segments.pathcheck import describe_os_error, find_partition_dirs
 
     from .audit import audit_partition, describe
 
@@ -297,14 +423,14 @@ def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, .
             wanted.append(bytes.fromhex(text.removeprefix("0x")))
         except ValueError:
             raise click.BadParameter(f"not hex: {text!r}", param_hint="--key-hex") from None
+    for key_file in key_files:
+        wanted.append(_read_key_file(key_file))
     partitions, refused = find_partition_dirs(list(paths))
+    _exit_if_no_partition(paths, partitions, refused)
     failed = False
     for item in refused:
         click.echo(f"{'error' if item.failed else 'warning'}: ignored {item}", err=True)
         failed |= item.failed
-    if not partitions and not failed:
-        raise click.UsageError("no partition directories (<topic>-<partition>) found in "
-                               + ", ".join(display_path(p) for p in paths))
     for directory in partitions:
         try:
             result = audit_partition(directory, wanted)
@@ -326,9 +452,11 @@ def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, .
 @click.option("--set", "set_values", multiple=True, metavar="KEY=VALUE",
               help="A Kafka-named setting clean uses, e.g. --set delete.retention.ms=0 (repeatable); "
                    "a daemon-only or unused one is refused.")
-@click.option("--now-ms", type=int, help="The clock, in epoch milliseconds (default: now).")
-@click.option("--from-offset", type=int, help="Force the first dirty offset (single partition only).")
-@click.option("--to-offset", type=int, help="Force the end of the dirty range, rounded down to a segment base.")
+@click.option("--now-ms", type=click.IntRange(min=0), show_default="now", help="The clock, in epoch milliseconds.")
+@click.option("--from-offset", type=click.IntRange(min=0), help="Force the first dirty offset (single partition only).")
+@click.option("--to-offset", type=click.IntRange(min=1),
+              help="Force the end of the dirty range, rounded down to a segment base; above --from-offset "
+                   "(single partition only).")
 @click.option("--dry-run", is_flag=True, help="Report what one round would remove; change nothing.")
 @click.option("--once", is_flag=True, help="Run a single round even if the offset map fills before the end.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition.")
@@ -346,7 +474,7 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     import time
 
     from segments.locks import log_dir_owner
-    from segments.pathcheck import display_path, find_partition_dirs, partition_dir_name_problem
+    from segments.pathcheck import display_path, find_partition_dirs
 
     from .config_file import ConfigFileError, load_config
     from .oneshot import clean_partition, plan_partitions
@@ -354,6 +482,9 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     from .setting_use import refusal_for_clean
     from .throttle import DeviceThrottles
 
+    if from_offset is not None and to_offset is not None and to_offset <= from_offset:
+        raise click.BadParameter(f"{to_offset} is not above --from-offset {from_offset}: the range [from, to) "
+                                 "would be empty", param_hint="'--to-offset'")
     try:
         loaded = load_config(config_path, server_properties=server_properties, overrides=_parse_set(set_values))
     except ConfigFileError as exc:
@@ -364,6 +495,7 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     # One I/O budget per device for every partition cleaned, each read and write charged before it is done.
     throttles = DeviceThrottles(loaded.settings.broker["log.cleaner.io.max.bytes.per.second"])
     partitions, refused = find_partition_dirs(list(paths))
+    _exit_if_no_partition(paths, partitions, refused)
     failed = False
     for item in refused:  # a refused partition fails the command; anything else refused is only a warning
         if item.failed:
@@ -375,11 +507,6 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
             click.echo(f"warning: ignored {item}", err=True)
     if (from_offset is not None or to_offset is not None) and len(partitions) != 1:
         raise click.UsageError("--from-offset/--to-offset need exactly one partition directory")
-    if not partitions and not failed:
-        hints = [f"; if {display_path(p)} is meant as a partition directory, its name is not valid: {problem}"
-                 for p in paths if "-" in p.name and (problem := partition_dir_name_problem(p.name))]
-        raise click.UsageError("no partition directories (<topic>-<partition>) found in "
-                               + ", ".join(display_path(p) for p in paths) + "".join(hints))
     for log_dir in sorted({p.parent for p in partitions}):
         if (owner := log_dir_owner(log_dir)) is not None:
             click.echo(f"error: {owner}", err=True)
@@ -458,30 +585,7 @@ def _describe(s: dict, show_policy: bool = False) -> str:
     return line
 
 
-class _OneLineUsageError(click.UsageError):
-    """A usage error shown as one line (`Error: ...`, exit 2), without the usage text."""
-
-    def show(self, file=None) -> None:
-        click.echo(f"Error: {_one_line(self.format_message())}", err=True)
-
-
-class _OneLineErrorsCommand(click.Command):
-    """A command whose usage errors (a bad, missing or unknown option) are one line, like its other errors."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except _OneLineUsageError:
-            raise
-        except click.UsageError as exc:
-            raise _OneLineUsageError(exc.format_message(), ctx) from None
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.splitlines())
-
-
-@main.command(cls=_OneLineErrorsCommand)
+@main.command()
 @click.argument("source")
 @click.option("--topic", required=True, help="Topic to write (partition directories <topic>-<p>).")
 @click.option("--partitions", required=True, type=click.IntRange(min=1), help="Partition count of the topic.")
@@ -491,12 +595,13 @@ def _one_line(text: str) -> str:
 @click.option("--output", required=True, type=click.Path(file_okay=False, path_type=Path), help="Log directory to write.")
 @click.option("--null-keys", type=click.Choice(["error", "drop"]), default="error", show_default=True,
               help="Rows whose key is null: error refuses the input (nothing is written); drop writes the other rows.")
-@click.option("--format", "input_format", help="Spark input format (default: from the file extension).")
-@click.option("--timestamp-column", help="Input column for record timestamps (default: the write time).")
+@click.option("--format", "input_format", show_default="from the file extension", help="Spark input format.")
+@click.option("--timestamp-column", show_default="the write time", help="Input column for record timestamps.")
 @click.option("--compression", type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]), default="none",
               show_default=True)
 @click.option("--records-per-batch", default=1000, show_default=True, type=click.IntRange(min=1))
-@click.option("--segment-bytes", type=click.IntRange(min=1024), help="segment.bytes of the written logs (default 1 GiB).")
+@click.option("--segment-bytes", type=SizeParam(min_bytes=1024, max_bytes=2**31 - 1), show_default="1GiB",
+              help="segment.bytes of the written logs: bytes, or with a unit (64MiB, 1GiB).")
 @click.option("--overwrite", is_flag=True, help="Replace the topic's partitions instead of appending to them.")
 @click.option("--compact", is_flag=True, help="Clean the written partitions afterwards (latest record per key).")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
@@ -523,12 +628,12 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
     from segments.spark.ingest import ingest as run_ingest
 
     if (value_column is None) == (value_format is None):
-        raise _OneLineUsageError("give exactly one of --value-column or --value-format json")
+        raise OneLineUsageError("give exactly one of --value-column or --value-format json")
     options = {}
     for item in read_options:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            raise _OneLineUsageError(f"Invalid value for '--option': expected KEY=VALUE, got {item!r}")
+            raise OneLineUsageError(f"Invalid value for '--option': expected KEY=VALUE, got {item!r}")
         options[key.strip()] = value.strip()
     request = dict(topic=topic, partitions=partitions, output=str(output), value_column=value_column,
                    value_format=value_format, input_format=input_format, null_keys=null_keys, overwrite=overwrite)
@@ -539,20 +644,20 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
     try:
         check_ingest(source, **request)  # before Spark starts: a usage error costs no JVM
     except IngestUsageError as exc:
-        raise _OneLineUsageError(str(exc)) from None
+        raise OneLineUsageError(str(exc)) from None
     except SegmentError as exc:
-        raise click.ClickException(_one_line(str(exc))) from None
+        raise click.ClickException(one_line(str(exc))) from None
     try:
         log_file = open(spark_log, "ab") if spark_log is not None else None
     except OSError as exc:
-        raise _OneLineUsageError(f"--spark-log: {describe_os_error(exc)}") from None
+        raise OneLineUsageError(f"--spark-log: {describe_os_error(exc)}") from None
     console = JvmConsole(progress=sys.stderr if sys.stderr.isatty() else None, log_file=log_file)
     started = time.perf_counter()
     try:
         try:
             spark = get_session(master, app_name=f"logcleaner ingest {topic}", console=console)
         except SparkUnavailableError as exc:
-            raise click.ClickException(_one_line(str(exc))) from None
+            raise click.ClickException(one_line(str(exc))) from None
         startup_s = time.perf_counter() - started
         try:
             result = run_ingest(
@@ -560,9 +665,9 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
                 records_per_batch=records_per_batch, segment_bytes=segment_bytes, read_options=options, **request,
             )
         except IngestUsageError as exc:
-            raise _OneLineUsageError(str(exc)) from None
+            raise OneLineUsageError(str(exc)) from None
         except SegmentError as exc:  # IngestError, NullKeyError, a partition that cannot be read
-            raise click.ClickException(_one_line(str(exc))) from None
+            raise click.ClickException(one_line(str(exc))) from None
         except OSError as exc:
             raise click.ClickException(describe_os_error(exc)) from None
         finally:
@@ -603,18 +708,30 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--method", type=click.Choice(["auto", "exact", "bloom"]), default="auto", show_default=True,
               help="exact: count distinct keys; bloom: estimate them with a bloom filter; auto: exact if it fits --memory.")
-@click.option("--memory", "memory_bytes", default=256 * 1024 * 1024, show_default=True, type=click.IntRange(min=1024),
-              help="Bytes for the exact count or the bloom filter, per partition.")
+@click.option("--memory", "memory_bytes", default="256MiB", show_default=True, type=SizeParam(min_bytes=1024),
+              help="Memory for the exact count or the bloom filter, per partition: bytes, or with a unit (64KiB, "
+                   "256MiB, 1GiB).")
 @click.option("--spark", "use_spark", is_flag=True, help="Count with Spark over the logsegments data source.")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL (with --spark).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition, then the total.")
 @notes_on_rebuilt_indexes
 def duplication(paths, method, memory_bytes, use_spark, master, as_json) -> None:
-    """Estimate, per partition and in total, the fraction of records compaction would remove (nothing is changed)."""
+    """Estimate, per partition and in total, the fraction of records compaction would remove (nothing is changed).
+
+    The total's bytes are the sum of the partitions'. Exit 1 if a partition cannot be read (the message names
+    the file and what is wrong; the others are still estimated).
+    """
+    from segments.pathcheck import describe_os_error, find_partition_dirs
+
     from .duplication import PartitionDuplication, estimate_partition, total
-    from .oneshot import find_partitions
 
     _warn_if_broker_owns(paths)
+    found, refused = find_partition_dirs(list(paths))
+    _exit_if_no_partition(paths, found, refused)
+    failed = False
+    for item in refused:
+        click.echo(f"{'error' if item.failed else 'warning'}: ignored {item}", err=True)
+        failed |= item.failed
     if use_spark:
         from segments.spark import SparkUnavailableError, get_session
         from segments.spark.duplication import duplication_counts
@@ -629,22 +746,96 @@ def duplication(paths, method, memory_bytes, use_spark, master, as_json) -> None
             spark.stop()
         parts = [PartitionDuplication(**c) for c in counts]
     else:
-        found = list(find_partitions(list(paths)))
-        if not found:
-            raise click.UsageError("no partition directories (<topic>-<partition>) found under the given paths")
-        parts = [estimate_partition(d, memory_bytes=memory_bytes, method=method) for d in found]
+        parts = []
+        for directory in found:
+            try:
+                parts.append(estimate_partition(directory, memory_bytes=memory_bytes, method=method))
+            except (SegmentError, OSError) as exc:
+                reason = describe_os_error(exc) if isinstance(exc, OSError) else one_line(str(exc))
+                click.echo(f"{directory.name}: FAILED: {reason}", err=True)
+                failed = True
     for part in [*parts, total(parts)]:
         click.echo(json.dumps(part.as_dict()) if as_json else part.describe())
+    sys.exit(1 if failed else 0)
+
+
+DEMO_MARKER = ".logcleaner-demo"  # written by demo into the directory it fills: only such a one is replaced
+DEMO_RECORDS_MAX = 10_000_000  # per partition
+DEMO_PARTITIONS_MAX = 64
+_DEMO_FOREIGN_SHOWN_MAX = 3  # entries named when a directory is refused
+
+
+def _demo_foreign_entries(directory: Path) -> list[str]:
+    """What in an existing `directory` a previous `demo` did not write: everything, unless it holds the demo's
+    marker; with the marker, anything but the marker, lock files, checkpoints and `demo-<n>` partition
+    directories that hold only partition files. Empty: the directory may be (re)filled."""
+    from segments.pathcheck import is_partition_file_name, parse_partition_dir_name
+
+    names = sorted(os.listdir(directory))
+    if DEMO_MARKER not in names:
+        return names
+    foreign = []
+    for name in names:
+        path = directory / name
+        if path.is_symlink():
+            foreign.append(name)
+        elif path.is_dir():
+            parsed = parse_partition_dir_name(name)
+            if parsed is None or parsed[0] != "demo" or not all(is_partition_file_name(n) for n in os.listdir(path)):
+                foreign.append(name)
+        elif not (name == DEMO_MARKER or (name.startswith(".") and name.endswith(".lock"))
+                  or name.removesuffix(".tmp").endswith("-checkpoint")):
+            foreign.append(name)
+    return foreign
+
+
+def _prepare_demo_directory(directory: Path) -> None:
+    """Create `directory`, or take it when it is empty or holds only a previous demo's files (which are removed).
+
+    Anything else — a file, a Kafka log dir, `--dir .` in a directory with files — is refused in one line
+    (exit 2) before anything is touched: demo never deletes what it did not write."""
+    from segments.pathcheck import describe_os_error, display_path
+
+    try:
+        if directory.exists():
+            foreign = _demo_foreign_entries(directory)
+            if foreign:
+                shown = ", ".join(display_path(n) for n in foreign[:_DEMO_FOREIGN_SHOWN_MAX])
+                more = f" and {len(foreign) - _DEMO_FOREIGN_SHOWN_MAX} more" if len(foreign) > _DEMO_FOREIGN_SHOWN_MAX else ""
+                raise click.BadParameter(
+                    f"{display_path(directory)} holds files demo did not write ({shown}{more}); demo writes only "
+                    "into a directory it creates, an empty one, or one an earlier demo filled",
+                    param_hint="'--dir'")
+            for entry in sorted(os.listdir(directory)):  # only a previous demo's files (checked above)
+                path = directory / entry
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+        else:
+            directory.mkdir(parents=True)
+        (directory / DEMO_MARKER).write_text("written by `logcleaner demo`, which may replace this directory\n")
+    except OSError as exc:
+        raise click.BadParameter(describe_os_error(exc), param_hint="'--dir'") from None
 
 
 @main.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-logs"),
-              show_default=True, help="Log directory to create (replaced if it exists).")
-@click.option("--records", default=50_000, show_default=True, help="Records per partition.")
-@click.option("--keys", default=2_000, show_default=True, help="Distinct keys per partition.")
-@click.option("--partitions", default=2, show_default=True, help="Partitions of topic 'demo'.")
+              show_default=True,
+              help="Log directory to write: created if missing; else it must be empty or hold an earlier demo's "
+                   "output, which is replaced (anything else is refused, nothing touched).")
+@click.option("--records", default=50_000, show_default=True, type=click.IntRange(1, DEMO_RECORDS_MAX),
+              help="Records per partition.")
+@click.option("--keys", default=2_000, show_default=True, type=click.IntRange(1, DEMO_RECORDS_MAX),
+              help="Distinct keys per partition.")
+@click.option("--partitions", default=2, show_default=True, type=click.IntRange(1, DEMO_PARTITIONS_MAX),
+              help="Partitions of topic 'demo'.")
 def demo(directory: Path, records: int, keys: int, partitions: int) -> None:
-    """Generate a demo log directory of keyed records, clean it, and show it before and after."""
+    """Generate a demo log directory of keyed records, clean it, and show it before and after.
+
+    It writes only into a directory it creates, an empty one, or one an earlier demo filled (marked by its
+    .logcleaner-demo file); any other directory is refused in one line (exit 2) and left untouched.
+    """
     import time
 
     from segments.generate import WorkloadSpec, generate_partition
@@ -653,9 +844,7 @@ def demo(directory: Path, records: int, keys: int, partitions: int) -> None:
     from .oneshot import clean_partition, find_partitions
     from .settings import Settings
 
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
+    _prepare_demo_directory(directory)
     for p in range(partitions):
         spec = WorkloadSpec(records=records, keys=keys, tombstone_fraction=0.05, seed=p)
         counts = generate_partition(directory / f"demo-{p}", spec)

@@ -1,7 +1,7 @@
 """What every `logcleaner` command shares with the others, beside its own options: how it ends when its reader
-goes away, and how the library's notes about indexes rebuilt in memory reach the user.
+goes away, how a usage error is shown, and how the library's notes about indexes rebuilt in memory reach the user.
 
-Owns two things for `cleaner.cli` and prints nothing of its own but those notes:
+Owns three things for `cleaner.cli` and prints nothing of its own but those notes and errors:
 
 * **A closed pipe** (`logcleaner dump FILE | head`, any command whose output is cut short). The command stops
   at its next write, quietly, as `cat` does: no message, nothing more written, exit status 141 — 128 +
@@ -11,6 +11,10 @@ Owns two things for `cleaner.cli` and prints nothing of its own but those notes:
   command, once, and points stdout and stderr at /dev/null so that the interpreter's final flush writes
   nothing either (Python's documentation, "Note on SIGPIPE"). Work already done stays done: `clean` writes
   a partition's line after that partition is finished, never in the middle of it.
+* **Usage errors in one line.** Every error a command reports is one line on stderr (`Error: <what>`, exit 2
+  for a usage error): a bad, missing or unknown option or argument (click's own checks, made in
+  `OneLineErrorsCommand.parse_args`) and a usage error a command raises itself (`CommandGroup.invoke`) are
+  shown without click's usage text, which `--help` gives.
 * **Indexes rebuilt in memory.** A read-only command opens partitions as a reader, and a reader that finds
   an index failing its sanity check rebuilds it in memory (`segments.log.IndexRebuild`, logged as a
   key=value warning). Every partition that Kafka was writing has such an index: Kafka preallocates the
@@ -36,7 +40,10 @@ import click
 from segments.log import IndexRebuild
 from segments.pathcheck import display_path
 
-__all__ = ["BROKEN_PIPE_EXIT", "CommandGroup", "index_notes", "notes_on_rebuilt_indexes"]
+__all__ = [
+    "BROKEN_PIPE_EXIT", "CommandGroup", "OneLineErrorsCommand", "OneLineUsageError", "index_notes",
+    "notes_on_rebuilt_indexes", "one_line",
+]
 
 BROKEN_PIPE_EXIT = 128 + 13  # 128 + SIGPIPE: the status a shell reports for `cat` killed by a closed pipe
 _NOTE_FILES_SHOWN_MAX = 3  # untrimmed indexes named in the note; the rest are counted
@@ -44,13 +51,44 @@ _INDEX_LOGGER = "segments.log"  # where `IndexRebuild` warnings are logged
 _UNTRIMMED = "no trimmed end (as Kafka leaves an active segment's)"
 
 
+def one_line(text: str) -> str:
+    """`text` with its line breaks made spaces: an error message is one line."""
+    return " ".join(text.splitlines())
+
+
+class OneLineUsageError(click.UsageError):
+    """A usage error shown as one line (`Error: ...`, exit 2), without the usage text."""
+
+    def show(self, file=None) -> None:
+        click.echo(f"Error: {one_line(self.format_message())}", err=True)
+
+
+class OneLineErrorsCommand(click.Command):
+    """A command whose usage errors (a bad, missing or unknown option) are one line, like its other errors."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except OneLineUsageError:
+            raise
+        except click.UsageError as exc:
+            raise OneLineUsageError(exc.format_message(), ctx) from None
+
+
 class CommandGroup(click.Group):
-    """The `logcleaner` group: every command ends quietly with `BROKEN_PIPE_EXIT` when its output pipe closes."""
+    """The `logcleaner` group: every command's usage errors are one line, and every command ends quietly with
+    `BROKEN_PIPE_EXIT` when its output pipe closes."""
+
+    command_class = OneLineErrorsCommand
 
     def invoke(self, ctx: click.Context):
         try:
             try:
                 return super().invoke(ctx)
+            except (OneLineUsageError, click.exceptions.NoArgsIsHelpError):
+                raise
+            except click.UsageError as exc:  # an unknown command, or one a command raised itself
+                raise OneLineUsageError(exc.format_message(), exc.ctx) from None
             finally:
                 # Output still in Python's buffer meets a closed pipe here, where it can be handled, rather
                 # than in the interpreter's final flush ("Exception ignored ... BrokenPipeError", status 120).

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from segments.pathcheck import describe_os_error
+
 from .settings import Settings, SettingError, SettingSource
 
 __all__ = ["ConfigFileError", "LoadedConfig", "load_config", "read_server_properties"]
@@ -32,12 +34,19 @@ class LoadedConfig:
 
 
 def read_server_properties(path: str | os.PathLike) -> dict[str, str]:
-    """`key=value` lines of a Java properties file (comments `#`/`!`, `:` separators, line continuations)."""
+    """`key=value` lines of a Java properties file (comments `#`/`!`, `:` separators, line continuations).
+
+    Raises `ConfigFileError` for a file that cannot be read or is not text, and for one without a single
+    `key=value` (or `key: value`) line: whatever it is (`/etc/hostname`, a TOML file given by mistake), it is
+    not a broker's `server.properties`, whose settings all have that form."""
     values: dict[str, str] = {}
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigFileError(f"{path}: cannot read: {exc.strerror}") from None
+        raise ConfigFileError(f"cannot read {describe_os_error(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(f"{path}: not a server.properties file: byte {exc.start} is not UTF-8 text") from None
+    separated = 0  # lines of the form key=value or key:value
     pending = ""
     for raw in text.splitlines():
         line = pending + raw.strip()
@@ -50,9 +59,12 @@ def read_server_properties(path: str | os.PathLike) -> dict[str, str]:
         for i, ch in enumerate(line):
             if ch in "=:":
                 values[line[:i].strip()] = line[i + 1 :].strip()
+                separated += 1
                 break
         else:
             values[line] = ""
+    if not separated:
+        raise ConfigFileError(f"{path}: not a server.properties file: no key=value line in it")
     return values
 
 
@@ -94,7 +106,9 @@ def load_config(
             with open(path, "rb") as f:
                 data = tomllib.load(f)
         except OSError as exc:
-            raise ConfigFileError(f"{path}: cannot read: {exc.strerror}") from None
+            raise ConfigFileError(f"cannot read {describe_os_error(exc)}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigFileError(f"{path}: not valid TOML: byte {exc.start} is not UTF-8 text") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigFileError(f"{path}: not valid TOML: {exc}") from None
         for key, value in data.items():

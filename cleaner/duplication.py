@@ -8,7 +8,8 @@ with "bloom" it adds them to a `KeyBloomFilter` of a fixed size and estimates th
 
 What compaction would remove = records whose key appears again later (keyed records − distinct keys) + records
 without a key (a compacted topic drops them). Control records and records below the log start are not counted.
-The bytes it would free are estimated as that fraction of the partition's bytes. The figure is for a full
+The bytes it would free are estimated as that fraction of the partition's bytes; a total's are the sum of its
+partitions' (not the total fraction of the total bytes: partitions differ in record size). The figure is for a full
 compaction: a real round leaves the active segment alone, and tombstones that are the latest record of their
 key are counted as kept (they go only after `delete.retention.ms`).
 """
@@ -45,6 +46,7 @@ class PartitionDuplication:
     size_bytes: int
     method: str
     filter_bytes: int = 0
+    parts_bytes_freed: float | None = None  # a total: the sum of its partitions' bytes_freed; None for a partition
 
     @property
     def removable(self) -> float:
@@ -60,10 +62,12 @@ class PartitionDuplication:
 
     @property
     def bytes_freed(self) -> float:
-        return self.fraction * self.size_bytes
+        """A partition's: its fraction of its bytes; a total's: the sum over its partitions."""
+        return self.fraction * self.size_bytes if self.parts_bytes_freed is None else self.parts_bytes_freed
 
     def as_dict(self) -> dict:
         out = asdict(self)
+        del out["parts_bytes_freed"]
         out.update(removable=self.removable, fraction=self.fraction, fraction_bound=self.fraction_bound,
                    bytes_freed=self.bytes_freed)
         return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in out.items()}
@@ -89,6 +93,7 @@ def total(parts: list[PartitionDuplication]) -> PartitionDuplication:
         size_bytes=sum(p.size_bytes for p in parts),
         method=methods.pop() if len(methods) == 1 else "mixed",
         filter_bytes=sum(p.filter_bytes for p in parts),
+        parts_bytes_freed=sum(p.bytes_freed for p in parts),
     )
 
 

@@ -31,6 +31,7 @@ __all__ = [
 
 _LONG_MAX = 2**63 - 1
 _INT_MAX = 2**31 - 1
+SIZE_EXPECTED = "a whole number of bytes, optionally with a binary unit (64KiB, 128MiB, 1GiB; k, m, g also)"
 
 
 class SettingError(ValueError):
@@ -55,6 +56,12 @@ class Setting:
     choices: tuple[str, ...] = ()
     doc: str = ""
 
+    def _expected(self) -> str:
+        """What a value of this setting must look like, for messages."""
+        if self.kind == "int" and ("bytes" in self.name or "size" in self.name):
+            return SIZE_EXPECTED
+        return _EXPECTED[self.kind]
+
     def parse(self, value: object) -> Any:
         """The typed value of `value` (text or already typed); raises `SettingError` if out of range."""
         try:
@@ -76,8 +83,8 @@ class Setting:
                 parsed = tuple(str(v).strip() for v in items if str(v).strip())
             else:
                 parsed = str(value)
-        except (TypeError, ValueError) as exc:
-            raise SettingError(self.name, value, f"not a valid {self.kind} ({exc})") from None
+        except (TypeError, ValueError):  # Python's own message ("invalid literal for int()") is not shown
+            raise SettingError(self.name, value, f"expected {self._expected()}") from None
         if self.kind in ("int", "float"):
             if (self.low is not None and parsed < self.low) or (self.high is not None and parsed > self.high):
                 raise SettingError(self.name, value, f"must be in [{_fmt(self.low)}, {_fmt(self.high)}]")
@@ -87,6 +94,15 @@ class Setting:
             if bad or not values:
                 raise SettingError(self.name, value, f"allowed values are {', '.join(self.choices)}")
         return parsed
+
+
+_EXPECTED = {  # what a value of each kind must look like, for messages
+    "int": "a whole number",
+    "float": "a number (e.g. 0.5, 1e6)",
+    "bool": "true or false",
+    "list": "a comma-separated list",
+    "str": "text",
+}
 
 
 def _fmt(bound: float | None) -> str:
@@ -100,7 +116,10 @@ def _fmt(bound: float | None) -> str:
 
 
 def parse_size(text: str) -> int:
-    """An integer, optionally with a binary unit suffix (`128MiB`, `64k`, `1g`), or `Long.MAX_VALUE`."""
+    """An integer, optionally with a binary unit suffix (`128MiB`, `64k`, `1g`), or `Long.MAX_VALUE`.
+
+    The one size parser of `--set`, the config files and the CLI's size options. Raises `ValueError` whose
+    message says what was expected (`SIZE_EXPECTED`), never Python's own."""
     t = text.strip()
     if t in ("Long.MAX_VALUE", "9223372036854775807"):
         return _LONG_MAX
@@ -109,9 +128,17 @@ def parse_size(text: str) -> int:
              "gib": 1024**3, "g": 1024**3, "gb": 1024**3}
     lower = t.lower()
     for suffix in sorted(units, key=len, reverse=True):
-        if lower.endswith(suffix) and lower[: -len(suffix)].strip().lstrip("-").isdigit():
+        if lower.endswith(suffix) and _is_integer(lower[: -len(suffix)].strip()):
             return int(lower[: -len(suffix)]) * units[suffix]
+    if not _is_integer(t):
+        raise ValueError(f"{text!r} is not a size: expected {SIZE_EXPECTED}")
     return int(t)
+
+
+def _is_integer(text: str) -> bool:
+    """Whether `text` is a decimal integer with an optional sign (ASCII digits only)."""
+    digits = text[1:] if text[:1] in "+-" else text
+    return digits.isascii() and digits.isdigit()
 
 
 def _s(name, kind, default, low=None, high=None, choices=(), doc=""):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import format as fmt
 from .errors import CorruptIndexError, CorruptRecordError
-from .pathcheck import check_regular_file
+from .pathcheck import check_regular_fd, check_regular_file, open_no_follow
 from .records import RecordBatch, decode_control_key
 from .recovery import parse_segment_file_name
 
@@ -118,23 +118,28 @@ def dump_file(
 
 
 def _dump_log(path: Path, base: int, deep: bool, print_data: bool) -> Iterator[dict]:
-    from .segment import LogSegment
+    """The file's batches as `verify` reads them (`segments.verify.scan_log_file`, the one reader of a whole
+    `.log`), so both give the same diagnosis of the same bytes; each batch checked there is then decoded for
+    printing."""
+    from .batches import decode_any_batch
+    from .verify import scan_log_file
 
-    segment = LogSegment(path.parent, base, suffix=path.name[len(fmt.offset_file_name(base, fmt.LOG_SUFFIX)):])
+    fd = open_no_follow(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        yield {"type": "file", "path": str(path), "baseOffset": base, "size": segment.size_bytes}
-        end = 0
-        for position, batch in segment.batches():
-            yield _batch_entry(position, batch)
-            if deep:
-                yield from _record_entries(batch, print_data)
-            end = position + batch.header.size_bytes
-        if end < segment.size_bytes:
-            raise CorruptRecordError(
-                f"incomplete batch at the end of the file ({segment.size_bytes - end} bytes)", position=end, path=path
-            )
+        check_regular_fd(fd, path)
+        yield {"type": "file", "path": str(path), "baseOffset": base, "size": os.fstat(fd).st_size}
+        for result in scan_log_file(fd, path):
+            for i in range(result.n_batches):
+                position = int(result.batch_position[i])
+                try:
+                    batch = decode_any_batch(result.batch_bytes(i), verify_crc=False)  # the scan checked the CRC
+                except CorruptRecordError as exc:
+                    raise exc.located(path, position) from None
+                yield _batch_entry(position, batch)
+                if deep:
+                    yield from _record_entries(batch, print_data)
     finally:
-        segment.close()
+        os.close(fd)
 
 
 def _dump_index(path: Path, base: int, kind: str, sanity: bool) -> Iterator[dict]:

@@ -61,7 +61,7 @@ from .errors import (
 from .fileio import DEFAULT_FILE_OPS, FileOps
 from .locks import CLEANER_LOCK, SWAP_LOCK, WRITER_LOCK, LogDirLock, PartitionLock
 from .records import Record, RecordBatch, encode_batch
-from .recovery import parse_segment_file_name, recover_leftovers
+from .recovery import LeftoverPlan, parse_segment_file_name, plan_leftover_recovery, recover_leftovers
 from .segment import FetchData, LogSegment
 
 __all__ = [
@@ -222,6 +222,7 @@ class PartitionLog:
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._inodes: dict[int, int] = {}
+        self.leftover_plan: LeftoverPlan | None = None  # a reader's: what recovery would do (see _list_segments)
         self._listed_mtime_ns = -1
         self._listing_trusted = False  # see refresh(): a listing made within a timestamp tick of a change
         self._log_start_offset = 0
@@ -344,19 +345,35 @@ class PartitionLog:
             probe.release()
 
     def _list_segments(self) -> None:
-        """(Re)build the segment list from the directory, keeping open segments whose files did not change."""
+        """(Re)build the segment list from the directory, keeping open segments whose files did not change.
+
+        A reader, which recovers nothing, lists the segments Kafka would have after recovering the leftovers
+        of an interrupted swap (`recovery.plan_leftover_recovery`: a rolled-forward `.swap` segment in place of
+        the old ones it replaces, `.cleaned` and `.deleted` files left out) and keeps the plan in
+        `leftover_plan`; a writer or cleaner has recovered them already and lists the live `.log` files."""
         self._listed_mtime_ns = os.stat(self.directory).st_mtime_ns
+        if self.mode == "reader":
+            self.leftover_plan = plan_leftover_recovery(self.directory)
+            wanted = {fmt.offset_file_name(base, fmt.LOG_SUFFIX) + state: (base, state)
+                      for base, state in self.leftover_plan.segments}
+        else:
+            wanted = {}
+            for name in os.listdir(self.directory):
+                parsed = parse_segment_file_name(name)
+                if parsed is not None and parsed.kind == fmt.LOG_SUFFIX and parsed.state == "":
+                    wanted[name] = (parsed.offset, "")
         found: dict[int, int] = {}
-        for name in os.listdir(self.directory):
-            parsed = parse_segment_file_name(name)
-            if parsed is not None and parsed.kind == fmt.LOG_SUFFIX and parsed.state == "":
-                try:  # a link, or a FIFO, socket, device or directory named like a segment, is refused unopened
-                    found[parsed.offset] = pathcheck.check_regular_file(self.directory / name).st_ino
-                except FileNotFoundError:
-                    continue
+        suffixes: dict[int, str] = {}
+        for name, (base, state) in wanted.items():
+            try:  # a link, or a FIFO, socket, device or directory named like a segment, is refused unopened
+                found[base] = pathcheck.check_regular_file(self.directory / name).st_ino
+                suffixes[base] = state
+            except FileNotFoundError:
+                continue
         keep = []
         for segment in self._segments:
-            if found.get(segment.base_offset) == self._inodes.get(segment.base_offset):
+            if (found.get(segment.base_offset) == self._inodes.get(segment.base_offset)
+                    and suffixes.get(segment.base_offset) == segment.suffix):  # a .swap renamed live: new paths
                 segment.refresh_size()  # it may have been the writer's active segment when listed
                 keep.append(segment)
                 del found[segment.base_offset]
@@ -365,7 +382,7 @@ class PartitionLog:
                 segment.close()
         writable_base = self._segments[-1].base_offset if self.mode == "writer" and self._segments else None
         for base, inode in found.items():
-            segment = self._new_segment_object(base, writable=False)
+            segment = self._new_segment_object(base, writable=False, suffix=suffixes[base])
             segment.load_indexes()  # now, under the listing lock: later the names may be a cleaned segment's
             self._inodes[base] = inode
             keep.append(segment)

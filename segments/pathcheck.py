@@ -69,6 +69,7 @@ __all__ = [
     "is_partition_file_name",
     "is_known_non_partition_dir",
     "open_no_follow",
+    "os_error_reason",
     "parse_partition_dir_name",
     "partition_dir_name_problem",
 ]
@@ -216,22 +217,50 @@ def open_no_follow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> in
 def describe_os_error(exc: OSError) -> str:
     """A one-line message for an `OSError` about a file: the path first, then what went wrong.
 
-    A permission problem says whose file it is and who is asking (the usual cause: the cleaner runs as
-    another user than the one that owns the log); ELOOP from an `O_NOFOLLOW` open is a refused link.
+    A permission problem says what the file's mode denies to whom (`_permission_denied`); ELOOP from an
+    `O_NOFOLLOW` open is a refused link.
     """
     if exc.filename is None:
-        return str(exc)
+        return exc.strerror or str(exc)
     path = display_path(exc.filename)
     if exc.errno == errno.ELOOP:
         return f"{path}: {LINK_REFUSED}"
     if exc.errno in (errno.EACCES, errno.EPERM):
-        try:
-            st = os.lstat(exc.filename)
-            whose = f"owner uid {st.st_uid}, gid {st.st_gid}, mode {stat.S_IMODE(st.st_mode):04o}; "
-        except OSError:
-            whose = ""
-        return f"{path}: permission denied ({whose}logcleaner runs as uid {os.geteuid()}, gid {os.getegid()})"
+        return f"{path}: permission denied: {_permission_denied(exc.filename)}"
     return f"{path}: {exc.strerror or exc}"
+
+
+def _permission_denied(path: str | bytes | os.PathLike) -> str:
+    """What the mode of `path` denies to the user logcleaner runs as: which class of its bits applies (owner,
+    group or others, and why) and which of read/write (a directory: list/enter) that class lacks.
+
+    The operation that failed is not known here, so every missing permission a command may need is named.
+    Root is bound by the bits only without CAP_DAC_OVERRIDE (e.g. under `setpriv --bounding-set`), which is
+    said; when the bits allow everything, the refusal comes from elsewhere (an ACL, a security module, an
+    immutable attribute), which is said too.
+    """
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        st = os.lstat(path)
+    except PermissionError:
+        return f"a directory above it does not let uid {uid}, gid {gid} (the user logcleaner runs as) enter it"
+    except OSError:
+        return f"logcleaner runs as uid {uid}, gid {gid}"
+    mode = stat.S_IMODE(st.st_mode)
+    if uid == st.st_uid:
+        who, bits = f"its owner (uid {uid}, the user logcleaner runs as)", mode >> 6
+    elif st.st_gid == gid or st.st_gid in os.getgroups():
+        who, bits = f"its group (gid {st.st_gid}, a group of uid {uid}, the user logcleaner runs as)", mode >> 3
+    else:
+        who, bits = (f"others (it belongs to uid {st.st_uid}, gid {st.st_gid}; logcleaner runs as uid {uid}, "
+                     f"gid {gid})"), mode
+    wanted = (("list", 4), ("enter", 1)) if stat.S_ISDIR(st.st_mode) else (("read", 4), ("write", 2))
+    missing = [verb for verb, bit in wanted if not bits & bit]
+    root = "; logcleaner runs as root without CAP_DAC_OVERRIDE, so the mode applies to it" if uid == 0 else ""
+    if missing:
+        return f"mode {mode:04o} does not let {who} {' or '.join(missing)} it{root}"
+    return (f"mode {mode:04o} lets {who} {' and '.join(v for v, _ in wanted)} it, so something else refuses: "
+            "an ACL, a security module (SELinux, AppArmor), an immutable attribute or a parent directory")
 
 
 def copy_ownership(
@@ -282,19 +311,23 @@ class RefusedPath:
 
 
 def _segment_names(directory: Path) -> tuple[bool, bool]:
-    """(holds segment files, is empty) of a directory that is not a link."""
+    """(holds segment files, holds nothing but files of a partition) of a directory that is not a link.
+
+    The second is true for an empty directory, and for one left with only lock, checkpoint or metadata files
+    (`is_partition_file_name`): a partition without segments, as a clean of an empty partition leaves it."""
     names = os.listdir(directory)
-    return any(parse_segment_file_name(n) is not None for n in names), not names
+    return (any(parse_segment_file_name(n) is not None for n in names),
+            all(is_partition_file_name(n) for n in names))
 
 
-def find_partition_dirs(
-    paths: Iterable[str | os.PathLike], *, empty_ok: bool = True
-) -> tuple[list[Path], list[RefusedPath]]:
+def find_partition_dirs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[RefusedPath]]:
     """The partition directories named by `paths`, each one a partition or a log dir of them; and what is refused.
 
-    A path given with a valid partition name that holds segment files (or, with `empty_ok`, nothing) is
-    a partition. Any other directory is a log dir, which may itself be a symbolic link (resolved once);
-    its children are partitions if their names are valid and they hold segment files (or nothing). Refused
+    The one discovery rule of every command (`verify`, `audit`, `clean`, `duplication`, `demo`). A path given
+    with a valid partition name that holds segment files, or nothing but files of a partition (none at all:
+    an empty partition), is a partition. Any other directory is a log dir, which may itself be a symbolic
+    link (resolved once); its children are partitions by the same rule. Finding no partition is not an
+    error here: an empty but valid log dir simply has none (the commands say so and exit 0). Refused
     as failures: a path with a partition's name that is a link (given, or inside a log dir); a directory
     with an invalid name that holds segment files; a directory that cannot be listed. Refused as warnings:
     other links and other directories with invalid names inside a log dir. Kafka's `-delete`, `-future`
@@ -304,8 +337,8 @@ def find_partition_dirs(
     partitions: list[Path] = []
     refused: list[RefusedPath] = []
 
-    def wanted(holds: bool, empty: bool) -> bool:
-        return holds or (empty_ok and empty)
+    def wanted(holds: bool, only_partition_files: bool) -> bool:
+        return holds or only_partition_files
 
     for raw in paths:
         path = Path(raw)
@@ -317,8 +350,8 @@ def find_partition_dirs(
                     continue
                 root = path.resolve()  # a log dir given as a link: the operator's choice, resolved once
             else:
-                holds, empty = _segment_names(path)
-                if problem is None and wanted(holds, empty):
+                holds, bare = _segment_names(path)
+                if problem is None and wanted(holds, bare):
                     partitions.append(path)
                     continue
                 if problem is not None and holds:
@@ -329,7 +362,7 @@ def find_partition_dirs(
             with os.scandir(root) as listing:
                 entries = sorted(listing, key=lambda e: e.name)
         except OSError as exc:
-            refused.append(RefusedPath(path, _os_reason(exc), True))
+            refused.append(RefusedPath(path, os_error_reason(exc), True))
             continue
         for entry in entries:
             child = root / entry.name
@@ -342,24 +375,24 @@ def find_partition_dirs(
                     continue
                 if child_problem is None:
                     try:
-                        holds, empty = _segment_names(child)
+                        holds, bare = _segment_names(child)
                     except PermissionError:
-                        holds, empty = True, False  # a partition nobody may list: cleaning it reports why
-                    if wanted(holds, empty):
+                        holds, bare = True, False  # a partition nobody may list: cleaning it reports why
+                    if wanted(holds, bare):
                         partitions.append(child)
                     continue
                 if is_known_non_partition_dir(entry.name):
                     continue
                 holds, _ = _segment_names(child)
             except OSError as exc:
-                refused.append(RefusedPath(child, _os_reason(exc), False))
+                refused.append(RefusedPath(child, os_error_reason(exc), False))
                 continue
             reason = f"not a partition directory (<topic>-<partition>): {child_problem}"
             refused.append(RefusedPath(child, reason, holds))
     return partitions, refused
 
 
-def _os_reason(exc: OSError) -> str:
+def os_error_reason(exc: OSError) -> str:
     """`describe_os_error` without the path (a `RefusedPath` names it already)."""
     text = describe_os_error(exc)
     prefix = display_path(exc.filename) + ": " if exc.filename is not None else ""

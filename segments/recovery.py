@@ -16,6 +16,10 @@ What a crash at each step of the swap leaves, and what this does with it:
 * all `.swap`, old files partly renamed to `.deleted` → old files removed, swaps renamed (roll forward);
 * part-way through `.swap → ""` → the remaining swaps are renamed (roll forward).
 
+`plan_leftover_recovery` works out what passes 1-4 would do from one listing, changing nothing:
+`recover_leftovers` carries the plan out, and a reader (`segments.log`, mode "reader") shows the segments Kafka
+would have after recovery, and lists the leftovers, without touching a file.
+
 Pass 5 (re-validating segments past the recovery point) belongs to `segments.log`. `.cleaned` files
 are only touched when `include_cleaned` is true: the caller passes false while another process holds
 the cleaner lock and those files are its work in progress. It must be called with the swap lock held.
@@ -31,7 +35,7 @@ from pathlib import Path
 from . import format as fmt
 from .fileio import DEFAULT_FILE_OPS, FileOps
 
-__all__ = ["LeftoverRecovery", "recover_leftovers", "parse_segment_file_name"]
+__all__ = ["LeftoverPlan", "LeftoverRecovery", "parse_segment_file_name", "plan_leftover_recovery", "recover_leftovers"]
 
 log = logging.getLogger(__name__)
 
@@ -111,54 +115,88 @@ def _next_offset_of_log(path: Path) -> int | None:
     return last_next
 
 
-def recover_leftovers(
-    directory: str | os.PathLike, *, include_cleaned: bool = True, file_ops: FileOps = DEFAULT_FILE_OPS
-) -> LeftoverRecovery:
-    """Finish or roll back an interrupted swap in `directory` (passes 1-4 above). Idempotent."""
+@dataclass(frozen=True, slots=True)
+class LeftoverPlan:
+    """What passes 1-4 would do in a directory, in the order they do it (file names, nothing changed yet)."""
+
+    delete_first: tuple[str, ...]  # passes 1 and 3: .deleted, aborted .swap, .cleaned, old files a swap replaces
+    rename: tuple[tuple[str, str], ...]  # pass 4: .swap -> live name
+    delete_last: tuple[str, ...]  # pass 4: index files left without a .log
+    aborted_swaps: tuple[str, ...]  # the .swap files among delete_first (an incomplete .cleaned -> .swap step)
+    leftovers: tuple[str, ...]  # every .cleaned, .swap and .deleted file of the listing, sorted
+    segments: tuple[tuple[int, str], ...]  # (base offset, state suffix of its .log now: "" or ".swap") after recovery
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.delete_first or self.rename or self.delete_last)
+
+
+def plan_leftover_recovery(directory: str | os.PathLike, *, include_cleaned: bool = True) -> LeftoverPlan:
+    """What `recover_leftovers` would do in `directory` now (passes 1-4 above), from one listing. Reads the last
+    batch headers of `.log.swap` files (pass 2); changes nothing. `segments` is the segment set Kafka would
+    have after recovery: each base offset with the file that holds its data today."""
     directory = Path(directory)
-    report = LeftoverRecovery()
+    files = sorted(_list(directory), key=lambda f: f.name())
+    gone: set[str] = set()
+    delete_first: list[str] = []
 
     def delete(f: SegmentFileName) -> None:
-        file_ops.remove(directory / f.name())
-        report.deleted.append(f.name())
+        delete_first.append(f.name())
+        gone.add(f.name())
 
-    files = _list(directory)
     # Pass 1.
     cleaned = [f for f in files if f.state == fmt.CLEANED_SUFFIX]
     for f in files:
         if f.state == fmt.DELETED_SUFFIX:
             delete(f)
+    aborted = []
     if include_cleaned and cleaned:
         min_cleaned = min(f.offset for f in cleaned)
         for f in files:
             if f.state == fmt.SWAP_SUFFIX and f.offset >= min_cleaned:
                 delete(f)
-                report.aborted_swaps.append(f.name())
+                aborted.append(f.name())
         for f in cleaned:
             delete(f)
-    files = _list(directory)
+    files = [f for f in files if f.name() not in gone]
     # Pass 2.
     swap_logs = [f for f in files if f.state == fmt.SWAP_SUFFIX and f.kind == fmt.LOG_SUFFIX]
     if swap_logs:
         min_swap = min(f.offset for f in swap_logs)
-        max_swap = max(
-            (_next_offset_of_log(directory / f.name()) or f.offset) for f in swap_logs
-        )
+        max_swap = max((_next_offset_of_log(directory / f.name()) or f.offset) for f in swap_logs)
         # Pass 3.
         for f in files:
             if f.state == "" and min_swap <= f.offset < max_swap:
                 delete(f)
+    files = [f for f in files if f.name() not in gone]
     # Pass 4.
-    for f in _list(directory):
-        if f.state == fmt.SWAP_SUFFIX:
-            target = SegmentFileName(f.offset, f.kind, "")
-            file_ops.rename(directory / f.name(), directory / target.name())
-            report.renamed.append((f.name(), target.name()))
-    files = _list(directory)
-    logs = {f.offset for f in files if f.kind == fmt.LOG_SUFFIX and f.state == ""}
-    for f in files:
-        if f.state == "" and f.kind in _INDEX_SUFFIXES and f.offset not in logs:
-            delete(f)
+    renames = [(f.name(), SegmentFileName(f.offset, f.kind, "").name()) for f in files if f.state == fmt.SWAP_SUFFIX]
+    after = [SegmentFileName(f.offset, f.kind, "" if f.state == fmt.SWAP_SUFFIX else f.state) for f in files]
+    logs = {f.offset for f in after if f.kind == fmt.LOG_SUFFIX and f.state == ""}
+    delete_last = [f.name() for f in after if f.state == "" and f.kind in _INDEX_SUFFIXES and f.offset not in logs]
+    segments = sorted((f.offset, f.state) for f in files if f.kind == fmt.LOG_SUFFIX and f.state in ("", fmt.SWAP_SUFFIX))
+    leftovers = sorted(f.name() for f in _list(directory) if f.state)
+    return LeftoverPlan(tuple(delete_first), tuple(renames), tuple(delete_last), tuple(aborted), tuple(leftovers),
+                        tuple(segments))
+
+
+def recover_leftovers(
+    directory: str | os.PathLike, *, include_cleaned: bool = True, file_ops: FileOps = DEFAULT_FILE_OPS
+) -> LeftoverRecovery:
+    """Finish or roll back an interrupted swap in `directory` (passes 1-4 above): carry out
+    `plan_leftover_recovery`, step by step in its order. Idempotent."""
+    directory = Path(directory)
+    plan = plan_leftover_recovery(directory, include_cleaned=include_cleaned)
+    report = LeftoverRecovery(aborted_swaps=list(plan.aborted_swaps))
+    for name in plan.delete_first:
+        file_ops.remove(directory / name)
+        report.deleted.append(name)
+    for old, new in plan.rename:
+        file_ops.rename(directory / old, directory / new)
+        report.renamed.append((old, new))
+    for name in plan.delete_last:
+        file_ops.remove(directory / name)
+        report.deleted.append(name)
     if report.changed:
         file_ops.fsync_dir(directory)
         log.info(

@@ -13,7 +13,12 @@ A FIFO, socket, device or directory under a name the cleaner opens (`segments.pa
 only") is a problem and is never opened (opening a FIFO blocks).
 
 It never writes, creates or renames anything. Each problem is one `Problem` naming the file and the
-byte position. A missing `.index`/`.timeindex` is not a problem (open rebuilds them, as Kafka does).
+byte position. A missing `.index`/`.timeindex` is not a problem (open rebuilds them, as Kafka does). A file
+or directory that cannot be read (permission denied) is a problem naming it and what was denied; the rest
+is still checked.
+
+`scan_log_file` is the one reader of a whole `.log` file for the tools: `verify` and `dump` both walk a file
+with it, so they give one diagnosis of the same bytes (the scan's: `segments.scan`, Kafka's order of checks).
 """
 
 from __future__ import annotations
@@ -23,19 +28,26 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import format as fmt
 from .checkpoint import read_offset_checkpoint
-from .errors import CheckpointError, CorruptIndexError, CorruptRecordError, LinkRefusedError, NotRegularFileError
+from .errors import (
+    CheckpointError, CorruptIndexError, CorruptRecordError, LinkRefusedError, NotRegularFileError, TruncatedBatchError,
+)
 from .pathcheck import (
     LINK_REFUSED, NOT_REGULAR, describe_file_kind, display_path, find_partition_dirs, is_partition_file_name,
+    os_error_reason,
 )
 from .records import decode_control_key
 from .recovery import parse_segment_file_name
 
-__all__ = ["Problem", "VerifySummary", "verify_paths"]
+if TYPE_CHECKING:
+    from .scan import ScanResult
+
+__all__ = ["Problem", "VerifySummary", "scan_log_file", "verify_paths"]
 
 _READ_CHUNK_BYTES = 8 * 1024 * 1024
 _ROOT_CHECKPOINTS = (
@@ -88,7 +100,7 @@ def verify_paths(paths: list[str | os.PathLike]) -> VerifySummary:
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            partitions, refused = find_partition_dirs([path], empty_ok=False)
+            partitions, refused = find_partition_dirs([path])
             if not (len(partitions) == 1 and partitions[0] == path) and not any(r.path == path for r in refused):
                 _verify_checkpoints(path.resolve() if path.is_symlink() else path, summary)  # a log dir
             for item in refused:
@@ -103,6 +115,11 @@ def verify_paths(paths: list[str | os.PathLike]) -> VerifySummary:
         else:
             summary.problems.append(Problem(str(path), 0, "no such file or directory"))
     return summary
+
+
+def _os_problem(exc: OSError, path: Path) -> Problem:
+    """A file or directory that cannot be opened or listed, as a problem: its path and what was denied."""
+    return Problem(display_path(exc.filename if exc.filename is not None else path), 0, os_error_reason(exc))
 
 
 def _is_link(path: Path, summary: VerifySummary) -> bool:
@@ -143,6 +160,8 @@ def _verify_checkpoints(root: Path, summary: VerifySummary) -> None:
             summary.problems.append(Problem(display_path(exc.path), 0, LINK_REFUSED))
         except NotRegularFileError as exc:
             summary.problems.append(Problem(display_path(exc.path), 0, f"is {exc.kind}, {NOT_REGULAR}"))
+        except OSError as exc:
+            summary.problems.append(_os_problem(exc, root / name))
         if (root / (name + ".tmp")).exists():
             summary.problems.append(Problem(str(root / (name + ".tmp")), 0, "leftover temporary checkpoint file"))
 
@@ -167,7 +186,11 @@ def _verify_file(path: Path, summary: VerifySummary) -> None:
 
 def _verify_partition(directory: Path, summary: VerifySummary) -> None:
     summary.partitions += 1
-    names = sorted(os.listdir(directory))
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as exc:
+        summary.problems.append(_os_problem(exc, directory))
+        return
     bases = []
     for name in names:
         if _is_link(directory / name, summary):
@@ -214,46 +237,66 @@ def _verify_partition(directory: Path, summary: VerifySummary) -> None:
             _check_txn_index(txn, base, summary)
 
 
-def _scan_log(path: Path, summary: VerifySummary, *, allow_torn_tail: bool) -> _SegmentScan | None:
-    """Scan a whole `.log` in bounded windows, validating every batch; None after a problem."""
+def scan_log_file(fd: int, path: str | os.PathLike) -> Iterator["ScanResult"]:
+    """The scan of every whole batch of the open `.log` file `fd` (named `path` in errors), window by window.
+
+    Requires a regular file open for reading. Each result is valid until the next one is asked for. Checks
+    every batch as `segments.scan` does (framing, CRC, records) and the keys of control records. Raises, with
+    `path` and the file position: `CorruptRecordError` at the first invalid batch; `TruncatedBatchError` when
+    the file ends inside a batch (a torn tail: whether that is expected is the caller's call — after a crash,
+    in the active segment, it is; `reason` says "a torn tail"). `OSError` if the file cannot be read.
+    """
     from .scan import scan as scan_buffer
 
+    size = os.fstat(fd).st_size
+    pos = 0
+    while pos < size:
+        window = os.pread(fd, min(_READ_CHUNK_BYTES, size - pos), pos)
+        try:
+            result = scan_buffer(window, base_position=pos, verify_crc=True)
+            if result.n_batches == 0 and result.torn_tail and len(window) < result.torn_batch_bytes <= size - pos:
+                window = os.pread(fd, result.torn_batch_bytes, pos)  # one batch larger than a window
+                result = scan_buffer(window, base_position=pos, verify_crc=True)
+        except CorruptRecordError as exc:
+            raise exc.located(path) from None
+        bad_control = _first_bad_control_key(result)
+        if bad_control is not None:
+            raise bad_control.located(path) from None
+        if result.n_batches == 0:
+            raise TruncatedBatchError(f"incomplete batch at the end of the file ({size - pos} bytes; a torn tail)",
+                                      position=pos, path=path)
+        yield result
+        pos = result.end_position
+
+
+def _scan_log(path: Path, summary: VerifySummary, *, allow_torn_tail: bool) -> _SegmentScan | None:
+    """Scan a whole `.log` in bounded windows (`scan_log_file`), validating every batch; None after a problem
+    other than a torn tail (which is one unless `allow_torn_tail`, and leaves the batches before it checked)."""
     if _is_link(path, summary):
         return None
-    size = path.stat().st_size
     positions, bases, lasts, max_ts = [], [], [], []
     records = 0
     pos = 0
-    with open(path, "rb") as f:
-        fd = f.fileno()
-        while pos < size:
-            window = os.pread(fd, min(_READ_CHUNK_BYTES, size - pos), pos)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
             try:
-                result = scan_buffer(window, base_position=pos, verify_crc=True)
-                if result.n_batches == 0 and size - pos > fmt.HEADER_SIZE_UP_TO_MAGIC:
-                    _, length = fmt.PREFIX.unpack_from(window)
-                    if length >= 0 and pos + length + fmt.LOG_OVERHEAD <= size and length + fmt.LOG_OVERHEAD > len(window):
-                        window = os.pread(fd, length + fmt.LOG_OVERHEAD, pos)
-                        result = scan_buffer(window, base_position=pos, verify_crc=True)
+                for result in scan_log_file(f.fileno(), path):
+                    positions.append(result.batch_position.copy())
+                    bases.append(result.base_offset.copy())
+                    lasts.append(result.last_offset.copy())
+                    max_ts.append(result.max_timestamp.copy())
+                    records += result.n_records
+                    pos = result.end_position
+            except TruncatedBatchError as exc:
+                if not allow_torn_tail:
+                    summary.problems.append(Problem(str(path), exc.position, exc.reason))
             except CorruptRecordError as exc:
                 summary.problems.append(Problem(str(path), exc.position, exc.reason))
                 return None
-            bad_control = _first_bad_control_key(result)
-            if bad_control is not None:
-                summary.problems.append(Problem(str(path), bad_control.position, bad_control.reason))
-                return None
-            if result.n_batches == 0:
-                break
-            positions.append(result.batch_position.copy())
-            bases.append(result.base_offset.copy())
-            lasts.append(result.last_offset.copy())
-            max_ts.append(result.max_timestamp.copy())
-            records += result.n_records
-            pos = result.end_position
-    if pos < size and not allow_torn_tail:
-        summary.problems.append(
-            Problem(str(path), pos, f"incomplete batch at the end of the file ({size - pos} bytes; a torn tail)")
-        )
+    except OSError as exc:
+        summary.problems.append(_os_problem(exc, path))
+        return None
     cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
     scan = _SegmentScan(cat(positions), cat(bases), cat(lasts), cat(max_ts), records, pos)
     summary.batches += len(scan.positions)
@@ -324,33 +367,57 @@ def _check_indexes(directory: Path, base: int, scan: _SegmentScan | None, summar
     if index_path.is_symlink() or time_path.is_symlink():
         return  # reported with the partition's listing (or by `_verify_file`), never opened
     if only in (None, fmt.INDEX_SUFFIX) and _regular(index_path):  # a FIFO etc. was reported with the listing
-        index = OffsetIndex(index_path, base, read_only=True)
+        try:
+            index = OffsetIndex(index_path, base, read_only=True)
+        except OSError as exc:
+            summary.problems.append(_os_problem(exc, index_path))
+        else:
+            _check_offset_index(index, index_path, scan, log_size, summary, is_active=is_active)
+    if only in (None, fmt.TIME_INDEX_SUFFIX) and _regular(time_path):
+        try:
+            index = TimeIndex(time_path, base, read_only=True)
+        except OSError as exc:
+            summary.problems.append(_os_problem(exc, time_path))
+        else:
+            _check_time_index(index, time_path, scan, summary, is_active=is_active)
+
+
+def _check_offset_index(index, index_path: Path, scan: _SegmentScan | None, log_size: int | None,
+                        summary: VerifySummary, *, is_active: bool) -> None:
+    """Sanity and entries of an open offset index (closed here)."""
+    try:
         if is_active:
             index.truncate_to_entries(_entries_before_preallocation(index_path, fmt.OFFSET_INDEX_ENTRY.size))
         try:
-            try:
-                index.sanity_check(log_size)
-            except CorruptIndexError as exc:
-                summary.problems.append(Problem(exc.path, exc.position, exc.reason))
-            else:
-                if scan is not None:
-                    _check_offset_entries(index_path, index, scan, summary)
-        finally:
-            index.close()
-    if only in (None, fmt.TIME_INDEX_SUFFIX) and _regular(time_path):
-        index = TimeIndex(time_path, base, read_only=True)
+            index.sanity_check(log_size)
+        except CorruptIndexError as exc:
+            summary.problems.append(Problem(exc.path, exc.position, exc.reason))
+        else:
+            if scan is not None:
+                _check_offset_entries(index_path, index, scan, summary)
+    except OSError as exc:
+        summary.problems.append(_os_problem(exc, index_path))
+    finally:
+        index.close()
+
+
+def _check_time_index(index, time_path: Path, scan: _SegmentScan | None, summary: VerifySummary, *,
+                      is_active: bool) -> None:
+    """Sanity and entries of an open time index (closed here)."""
+    try:
         if is_active:
             index.truncate_to_entries(_entries_before_preallocation(time_path, fmt.TIME_INDEX_ENTRY.size))
         try:
-            try:
-                index.sanity_check()
-            except CorruptIndexError as exc:
-                summary.problems.append(Problem(exc.path, exc.position, exc.reason))
-            else:
-                if scan is not None:
-                    _check_time_entries(time_path, index, scan, summary, is_active=is_active)
-        finally:
-            index.close()
+            index.sanity_check()
+        except CorruptIndexError as exc:
+            summary.problems.append(Problem(exc.path, exc.position, exc.reason))
+        else:
+            if scan is not None:
+                _check_time_entries(time_path, index, scan, summary, is_active=is_active)
+    except OSError as exc:
+        summary.problems.append(_os_problem(exc, time_path))
+    finally:
+        index.close()
 
 
 def _entries_before_preallocation(path: Path, entry_bytes: int) -> int:
@@ -413,11 +480,17 @@ def _check_txn_index(path: Path, base: int, summary: VerifySummary) -> None:
 
     if path.is_symlink():
         return  # reported with the partition's listing, never opened
-    index = TransactionIndex(path, base, read_only=True)
+    try:
+        index = TransactionIndex(path, base, read_only=True)
+    except OSError as exc:
+        summary.problems.append(_os_problem(exc, path))
+        return
     try:
         index.sanity_check()
     except CorruptIndexError as exc:
         summary.problems.append(Problem(exc.path, exc.position, exc.reason))
+    except OSError as exc:
+        summary.problems.append(_os_problem(exc, path))
     finally:
         index.close()
 

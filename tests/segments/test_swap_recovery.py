@@ -99,6 +99,31 @@ def test_crash_at_every_rename_of_the_swap_leaves_old_or_new_group(tmp_path, cra
     assert not verify_paths([d]).problems
 
 
+def _files(directory) -> dict[str, tuple[int, int]]:
+    return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(directory)}
+
+
+@pytest.mark.parametrize("crash_at", range(SWAP_RENAMES))
+def test_a_reader_after_a_crash_at_every_rename_sees_what_recovery_will_make_of_it_and_changes_nothing(
+        tmp_path, crash_at):
+    d, old, new = setup_log(tmp_path)
+    ops = CrashingFileOps(crash_at)
+    log = PartitionLog.open(d, mode="cleaner", file_ops=ops)
+    group = log.segments[0:3]
+    with pytest.raises(Crash):
+        log.replace_segments([build_cleaned_group(log, group)], group)
+    log.close()
+    before = _files(d)
+    with PartitionLog.open(d, mode="reader") as reader:
+        seen = [(r.offset, r.key, r.value, r.timestamp) for _, r in reader.iter_records()]
+        assert list(reader.leftover_plan.leftovers) == leftovers(d) != []
+    assert _files(d) == before  # a reader recovers nothing
+    assert seen == (old if crash_at < 3 else new)  # what the next writer's recovery makes of it
+    with PartitionLog.open(d, mode="writer"):
+        pass
+    assert read_all(d) == seen
+
+
 def test_crash_while_writing_cleaned_files_rolls_back(tmp_path):
     d, old, _ = setup_log(tmp_path)
     log = PartitionLog.open(d, mode="cleaner")
