@@ -501,7 +501,7 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
         if item.failed:
             summary = {"partition": display_path(item.path.name), "directory": display_path(item.path),
                        "status": "failed", "error": str(item)}
-            click.echo(json.dumps(summary) if as_json else _describe(summary))
+            click.echo(json.dumps(summary) if as_json else _describe(summary), err=not as_json)  # a failure
             failed = True
         else:
             click.echo(f"warning: ignored {item}", err=True)
@@ -541,8 +541,8 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
             summary = outcome.summary()
             if as_json:
                 click.echo(json.dumps(summary))
-            else:
-                click.echo(_describe(summary, show_policy=dry_run))
+            else:  # a partition that failed is reported on stderr, as audit does
+                click.echo(_describe(summary, show_policy=dry_run), err=summary["status"] == "failed")
     sys.exit(1 if failed else 0)
 
 
@@ -575,10 +575,18 @@ def _describe(s: dict, show_policy: bool = False) -> str:
         verb = "would clean" if s.get("dry_run") else "cleaned"
         parts.append(
             f"{verb} [{s.get('first_dirty')}, {s.get('end_offset')}) in {s['rounds']} round(s): "
-            f"{s.get('records_read', 0)} -> {s.get('records_written', 0)} records, "
-            f"{s.get('size_before_bytes', 0) / mb:.2f} MB -> {s.get('size_after_bytes', 0) / mb:.2f} MB, "
+            + (f"{s.get('records_read', 0)} -> {s.get('records_written', 0)} records, " if s["rounds"] == 1 else
+               # each round reads the log as the last one left it: the sums are I/O, not before and after
+               f"{s.get('records_read', 0)} records read and {s.get('records_written', 0)} written by the rounds, ")
+            + f"{s.get('size_before_bytes', 0) / mb:.2f} MB -> {s.get('size_after_bytes', 0) / mb:.2f} MB, "
             f"{s.get('invalid_records', 0)} unkeyed dropped, {s.get('elapsed_s', 0):.2f} s"
         )
+        horizon = s.get("next_delete_horizon_ms", -1)
+        if horizon is not None and horizon >= 0:
+            import datetime
+
+            when = datetime.datetime.fromtimestamp(horizon / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            parts.append(f"tombstones or transaction markers kept until their delete horizon, {when}")
     line = f"{name}: " + ("; ".join(parts) or "nothing to do")
     if s["status"] == "failed":
         line += f"; FAILED: {s['error']}"

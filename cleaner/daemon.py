@@ -37,7 +37,7 @@ from .config_file import ConfigFileError, LoadedConfig, load_config
 from .manager import DISK_FULL_RETRY_MS_DEFAULT, UNCLEANABLE_RETRY_MS_DEFAULT, CleanerManager, StateError
 from .metrics import CleanerMetrics
 from .pool import CleanerPool
-from .throttle import DeviceThrottles, device_label
+from .throttle import UNLIMITED, DeviceThrottles, device_label
 
 __all__ = ["DAEMON_LOCK", "Daemon", "DaemonStartError", "clock_from_environment"]
 
@@ -276,7 +276,9 @@ class Daemon:
                 "log_dirs": [str(d) for d in self.log_dirs],
                 "threads": self.pool.threads_wanted,
                 "threads_alive": self.pool.threads_alive,
-                "io_budget_bytes_per_second": self.throttles.bytes_per_second,
+                # null: no budget (Kafka's default, Double.MaxValue)
+                "io_budget_bytes_per_second": None if self.throttles.bytes_per_second >= UNLIMITED
+                else self.throttles.bytes_per_second,
                 "io_bytes_total": self.throttles.total_bytes,
                 "io_throttles": {device: {"bytes_per_second": rate, "utilization": used, "wait_s_total": waited}
                                  for device, (rate, used, waited) in self._throttle_usage().items()},
@@ -377,8 +379,9 @@ class Daemon:
         if server["listen"] != self.server["listen"]:
             log.warning("[server] listen changed; it takes effect at the next restart")
         self.server.update({k: v for k, v in server.items() if k != "listen"})
+        budget = broker["log.cleaner.io.max.bytes.per.second"]
         log.info("config reloaded threads=%d io_budget=%s", broker["log.cleaner.threads"],
-                 broker["log.cleaner.io.max.bytes.per.second"])
+                 "unlimited" if budget >= UNLIMITED else f"{budget:.0f}B/s")
 
     def shutdown(self) -> int:
         log.info("logcleaner stopping: aborting running rounds")

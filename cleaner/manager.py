@@ -333,8 +333,9 @@ class CleanerManager:
                 policy = resolve_policy(topic, view) if view is not None else TopicPolicy(
                     topic, None, "the cluster's metadata could not be read (see the log)")
                 if policy != status.policy and not policy.known:
-                    log.warning("partition left as it is dir=%s %s; decide it with %s", pathcheck.display_path(directory),
-                                policy.describe(), unknown_policy_hint(topic))
+                    hint = "" if policy.never else f"; decide it with {unknown_policy_hint(topic)}"
+                    log.warning("partition left as it is dir=%s %s%s", pathcheck.display_path(directory),
+                                policy.describe(), hint)
                 status.policy = policy
 
     def _check_owners(self) -> None:

@@ -147,7 +147,8 @@ class _StateCollector:
                     state["time_since_last_run_s"])
         yield gauge("logcleaner_io_budget_bytes_per_second", "The I/O throttle's budget per device.",
                     state["io_budget_bytes_per_second"])
-        yield gauge("logcleaner_log_dirs_offline", "Log dirs taken offline after I/O errors.",
+        yield gauge("logcleaner_log_dirs_offline",
+                    "Log dirs offline: after an I/O error, or while a running Kafka broker owns them (.lock).",
                     state["log_dirs_offline"])
         throttles = state.get("io_throttles", {})  # device -> (bytes/s let through, utilization, wait seconds)
         yield gauge("logcleaner_io_throttle_bytes_per_second",

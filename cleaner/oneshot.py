@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from offsetmap import OffsetMap, per_thread_memory_bytes
-from segments.errors import SegmentError
+from segments.errors import LogStateError, SegmentError
 from segments.fileio import DEFAULT_FILE_OPS, FileOps
 from segments.log import PartitionLog, parse_partition_dir_name
 from segments.pathcheck import describe_os_error, display_path, find_partition_dirs, partition_dir_name_problem
@@ -92,9 +92,12 @@ class PartitionOutcome:
             )
             for name in (
                 "records_indexed", "bytes_read", "bytes_written", "records_read", "records_written",
-                "batches_read", "batches_written", "invalid_records", "survey_s", "index_s", "recopy_s", "elapsed_s",
+                "batches_read", "batches_written", "invalid_records", "survey_bytes_read", "survey_s", "index_s",
+                "recopy_s", "elapsed_s",
             ):
                 out[name] = sum(getattr(r, name) for r in self.rounds)
+            # kept tombstones and markers wait for this horizon (-1: none): a later clean removes them then
+            out["next_delete_horizon_ms"] = last.next_delete_horizon_ms
         return out
 
 
@@ -186,7 +189,12 @@ def clean_partition(
     if throttle is None:
         throttle = Throttle(settings.broker["log.cleaner.io.max.bytes.per.second"])
     try:
-        with PartitionLog.open(directory, mode="cleaner", config=config, file_ops=file_ops) as plog:
+        # A dry run reads as a reader does: no lock file, no index rebuilt on disk, nothing written at all.
+        mode = "reader" if dry_run else "cleaner"
+        with PartitionLog.open(directory, mode=mode, config=config, file_ops=file_ops) as plog:
+            if forced_from is not None and not plog.log_start_offset <= forced_from <= plog.log_end_offset:
+                raise LogStateError(f"{display_path(directory)}: --from-offset {forced_from} is outside the log "
+                                    f"[{plog.log_start_offset}, {plog.log_end_offset}]")
             # Expired segments go before cleaning (no point compacting them); retention.bytes is applied
             # after it, so it measures the compacted log. A dry run reports every rule on the log as it is.
             deleted = apply_retention(plog, topic, now_ms, by_size=dry_run, dry_run=dry_run)
@@ -225,7 +233,7 @@ def clean_partition(
                 outcome.retention.append(deleted)
     except (SegmentError, OSError) as exc:
         outcome.error = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
-        log.error("cleaning failed dir=%s error=%s", display_path(directory), outcome.error)
+        log.info("cleaning failed dir=%s error=%s", display_path(directory), outcome.error)  # the outcome reports it
     except Exception as exc:  # noqa: BLE001 - the per-partition boundary: one partition's bug must not stop the rest
         outcome.error = f"{type(exc).__name__}: {exc}"
         log.exception("cleaning failed unexpectedly dir=%s", directory)

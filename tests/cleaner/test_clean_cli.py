@@ -85,15 +85,41 @@ def test_failed_partition_exits_1_and_others_are_still_cleaned(tmp_path):
     assert seg.read_bytes() == bytes(data)
 
 
-def test_dry_run_changes_nothing(tmp_path):
+def test_dry_run_changes_nothing_and_creates_no_file(tmp_path):
     d = tmp_path / "logs" / "a-0"
     write_log(d, 60)
-    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in d.iterdir() if not p.name.endswith(".lock")}
+    for index in d.glob("*.index"):  # an index the open would rebuild (and a cleaner would write back)
+        index.unlink()
+    before = {str(p.relative_to(tmp_path)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+              for p in tmp_path.rglob("*") if p.is_file()}
     out = CliRunner().invoke(main, ["clean", "--dry-run", str(d)])
     assert out.exit_code == 0 and "would clean" in out.output
-    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in d.iterdir() if not p.name.endswith(".lock")}
-    assert after == before
-    assert not os.path.exists(d.parent / "cleaner-offset-checkpoint")
+    after = {str(p.relative_to(tmp_path)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+             for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before  # no lock file, no rebuilt index, no checkpoint
+
+
+def test_a_forced_first_offset_outside_the_log_is_refused(tmp_path):
+    d = tmp_path / "logs" / "a-0"
+    write_log(d, 60)
+    with PartitionLog.open(d, mode="reader") as log:
+        end = log.log_end_offset
+    out = CliRunner().invoke(main, ["clean", "--from-offset", str(end + 1), str(d)])
+    assert out.exit_code == 1 and f"--from-offset {end + 1} is outside the log [0, {end}]" in out.output
+
+
+def test_tombstones_kept_for_their_horizon_are_announced_with_its_time(tmp_path):
+    d = tmp_path / "logs" / "a-0"
+    with PartitionLog.open(d, mode="writer", create=True) as log:
+        log.append_records([(b"a", b"1"), (b"b", b"2")], timestamp_ms=1_699_999_999_000)
+        log.append_records([(b"a", None)], timestamp_ms=1_699_999_999_001)  # a tombstone
+        log.roll()
+        log.append_records([(b"c", b"3")], timestamp_ms=1_699_999_999_002)
+    args = ["clean", "--now-ms", "1700000000000", "--set", "delete.retention.ms=86400000", str(d)]
+    summary = json.loads(CliRunner().invoke(main, [*args, "--json"]).output)
+    assert summary["next_delete_horizon_ms"] == 1_700_086_400_000  # stamped now: now + delete.retention.ms
+    text = CliRunner().invoke(main, args).output
+    assert "tombstones or transaction markers kept until their delete horizon, 2023-11-15T22:13:20Z" in text
 
 
 def test_tiny_offset_map_cleans_in_several_rounds_to_the_same_result(tmp_path):

@@ -1024,7 +1024,7 @@ def test_logcleaner_clean_process_exits_1_naming_file_and_position_and_changes_n
         assert "c2-0: cleaned [0, 1996)" in done.stdout
         return
     assert done.returncode == 1, done.stdout + done.stderr
-    assert f"c2-0: FAILED: {path}: byte {position}: " in done.stdout, done.stdout
+    assert f"c2-0: FAILED: {path}: byte {position}: " in done.stderr, done.stdout + done.stderr
     assert snapshot(log_dir) == before and leftovers(log_dir) == []
     verified = subprocess.run([str(LOGCLEANER), "verify", str(directory)], check=False, capture_output=True,
                               text=True, timeout=SUBPROCESS_TIMEOUT_S)

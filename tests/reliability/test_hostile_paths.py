@@ -306,7 +306,7 @@ def test_clean_of_a_log_dir_with_oddly_named_dirs_cleans_the_partitions_and_repo
     before = data_files(odd)
     result = clean(str(log_dir))
     assert result.exit_code == 1, result.output
-    assert f"t-01: FAILED: {odd}: not a partition directory" in result.stdout
+    assert f"t-01: FAILED: {odd}: not a partition directory" in result.stderr
     assert f"warning: ignored {log_dir / 'scratch'}: not a partition directory" in result.stderr
     assert "-delete" not in result.output and "lost+found" not in result.output
     assert fully_cleaned(good) and data_files(odd) == before
@@ -445,7 +445,7 @@ def test_clean_as_a_user_who_may_not_read_a_segment_names_it_changes_nothing_and
                           capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
-    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("blocked-0"))
+    line = next(ln for ln in done.stderr.splitlines() if ln.startswith("blocked-0"))
     assert "FAILED" in line and f"{unreadable}: permission denied" in line, line
     assert data_files(blocked) == before
     assert fully_cleaned(good)

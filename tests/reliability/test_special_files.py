@@ -155,7 +155,7 @@ def test_every_command_refuses_a_special_file_named_like_ours_naming_it_and_clea
 
     cleaned = CliRunner().invoke(cli_main, ["clean", "--set", "cleanup.policy=compact", str(log_dir)])
     assert cleaned.exit_code == 1, cleaned.output
-    line = next(ln for ln in cleaned.stdout.splitlines() if ln.startswith("victim-0:"))
+    line = next(ln for ln in cleaned.stderr.splitlines() if ln.startswith("victim-0:"))  # failures: stderr
     assert line == f"victim-0: FAILED: {message}", line
     assert fully_cleaned(good)
     assert regular_files(victim) == before
