@@ -381,7 +381,7 @@ class LogSegment:
                 if stop_at_invalid:
                     return
                 raise CorruptRecordError(
-                    f"incomplete batch at the end of the segment ({size - pos} bytes left)",
+                    f"incomplete batch at the end of the file ({size - pos} bytes; a torn tail)",
                     position=pos,
                     path=self.paths.log,
                 )
