@@ -19,7 +19,11 @@ __all__ = [
 def encode_varint(value: int) -> bytes:
     """Zigzag-encode a signed int64 (a varint is the same encoding for values that fit 32 bits)."""
     assert -(2**63) <= value < 2**63, value
-    z = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    return _base128(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def _base128(z: int) -> bytes:
+    """7 bits a byte, least significant group first, the high bit set on every byte but the last."""
     out = bytearray()
     while z >= 0x80:
         out.append((z & 0x7F) | 0x80)
@@ -67,12 +71,7 @@ def decode_varlong(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, in
 def encode_unsigned_varint(value: int) -> bytes:
     """Base-128 encode an unsigned int32 without zigzag (Kafka's flexible-version lengths and counts)."""
     assert 0 <= value < 2**32, value
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return _base128(value)
 
 
 def decode_unsigned_varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
