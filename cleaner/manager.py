@@ -189,11 +189,11 @@ def _metadata_signature(log_dir: Path, settings: Settings) -> tuple:
             continue
         directory = Path(base) / METADATA_PARTITION
         try:
-            out.append((str(directory), tuple(sorted((e.name, e.stat(follow_symlinks=False).st_size,
-                                                      e.stat(follow_symlinks=False).st_mtime_ns)
-                                                     for e in os.scandir(directory)))))
+            with os.scandir(directory) as entries:
+                stats = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
         except OSError:
             continue
+        out.append((str(directory), tuple(sorted((name, st.st_size, st.st_mtime_ns) for name, st in stats))))
     out.append(os.path.exists(log_dir / "meta.properties"))
     return tuple(out)
 

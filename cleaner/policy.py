@@ -139,12 +139,10 @@ def resolve_policy(topic: str, view: ClusterView, *, named: bool = False) -> Top
         return TopicPolicy(topic, None, f"the topic was deleted ({metadata.label}); Kafka removes its files",
                            never=True)
     policy = settings.topic(topic).cleanup_policy
-    source = settings.source_of(topic, "cleanup.policy")
-    if source is not None and source.kind in ("set", "file", "kraft") and (
-        "cleanup.policy" in settings.topics.get(topic, {}) or "cleanup.policy" in settings.topic_defaults
-        or "cleanup.policy" in settings.cluster_topics.get(topic, {})
-    ):
-        return TopicPolicy(topic, policy, str(source))
+    topic_level = ("cleanup.policy" in settings.topics.get(topic, {}) or "cleanup.policy" in settings.topic_defaults
+                   or "cleanup.policy" in settings.cluster_topics.get(topic, {}))
+    if topic_level:  # the user's [topics.<name>] or flat value, else the cluster's topic config
+        return TopicPolicy(topic, policy, str(settings.source_of(topic, "cleanup.policy")))
     if topic in INTERNAL_COMPACTED_TOPICS:
         return TopicPolicy(topic, ("compact",), "Kafka's internal topic, always compacted")
     broker_source = settings.sources.get("log.cleanup.policy") if "log.cleanup.policy" in settings.explicit else None
