@@ -1,7 +1,7 @@
 """KRaft metadata records: the values of `__cluster_metadata`'s records, decoded and encoded (pure).
 
-Owns the byte grammar of the records logcleaner reads to learn each topic's policy (docs/format.md,
-"KRaft metadata records"). Every record value is an `ApiMessageAndVersion` frame: unsigned varints
+Owns the byte grammar of the records logcleaner reads to learn each topic's policy (docs/format.md
+section 3.6). Every record value is an `ApiMessageAndVersion` frame: unsigned varints
 frame version (1), apiKey and record version, then the record in Kafka's flexible encoding — compact
 strings (unsigned varint length + 1, 0 meaning null), 16-byte UUIDs, and tagged fields last (an unsigned
 varint count, then tag, size and bytes of each). Keys are null.

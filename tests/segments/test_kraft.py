@@ -1,5 +1,5 @@
 """KRaft metadata: record values against golden bytes written from Kafka's published schemas
-(docs/format.md, "KRaft metadata records"), and whole metadata logs and snapshots replayed as the
+(docs/format.md section 3.6), and whole metadata logs and snapshots replayed as the
 controller replays them. Logs are built with kafka-python's batch builder (tests/kraft_builders.py)."""
 
 from __future__ import annotations
@@ -202,3 +202,15 @@ def test_the_metadata_log_is_found_where_kafka_puts_it_and_a_link_is_not_followe
     (tmp_path / "logs").mkdir()
     os.symlink(real / "__cluster_metadata-0", tmp_path / "logs" / "__cluster_metadata-0")
     assert find_metadata_log([tmp_path / "logs"]) is None
+
+
+def test_every_vector_here_is_written_out_in_docs_format_md():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "format.md").read_text()
+    section = doc[doc.index("### 3.6 KRaft metadata records"):doc.index("## 4. The swap protocol")]
+    written = {"".join(cell.strip("` ").split()) for line in section.splitlines() if line.startswith("|")
+               for cell in line.split("|") if cell.strip().startswith("`")}
+    for vector in (TOPIC_ORDERS, CONFIG_ORDERS_COMPACT, CONFIG_ORDERS_DELETED, REMOVE_TOPIC, FEATURE_LEVEL_REAL,
+                   BEGIN_TXN_REAL):
+        assert vector.hex() in written, vector.hex()
