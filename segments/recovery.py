@@ -94,22 +94,38 @@ def _list(directory: Path) -> list[SegmentFileName]:
     return out
 
 
-def _next_offset_of_log(path: Path) -> int | None:
-    """Next offset after the last whole batch of a `.log` file, or None if it holds none."""
+def _swap_log_next_offset(path: Path, base_offset: int) -> int | None:
+    """Next offset after the last batch of a `.log.swap` file (None if it holds none), once its batch headers
+    show it can be what the swap protocol wrote: whole batches end to end (it was fsynced before it was
+    renamed to `.swap`), their offsets increasing and none below the file's base offset. Anything else (a
+    stray copy, garbage) raises `CorruptRecordError` naming the file and byte: rolling it forward would
+    replace good segments with it, so recovery stops before changing anything."""
+    from .errors import CorruptRecordError
     from .segment import peek_header
 
     last_next = None
     size = path.stat().st_size
     with open(path, "rb") as f:
         pos = 0
-        while pos + fmt.HEADER_SIZE_UP_TO_MAGIC < size:
+        while pos < size:
             head = os.pread(f.fileno(), fmt.RECORD_BATCH_OVERHEAD, pos)
+            if len(head) < fmt.HEADER_SIZE_UP_TO_MAGIC:
+                raise CorruptRecordError("a .swap file ends inside a batch", position=pos, path=path)
             _, length = fmt.PREFIX.unpack_from(head)
             if length < 0 or pos + fmt.LOG_OVERHEAD + length > size:
-                break
+                raise CorruptRecordError("a .swap file ends inside a batch", position=pos, path=path)
             if head[fmt.MAGIC_OFFSET] != fmt.MAGIC_V2:
                 head = os.pread(f.fileno(), fmt.LOG_OVERHEAD + length, pos)
-            header = peek_header(head, 0)
+            try:
+                header = peek_header(head, 0)
+            except CorruptRecordError as exc:
+                raise exc.located(path, pos) from None
+            floor = base_offset if last_next is None else last_next
+            if header.base_offset < floor:
+                raise CorruptRecordError(
+                    f"batch offsets [{header.base_offset}, {header.last_offset}] below {floor}: not what a swap "
+                    "writes (recovery would replace good segments with it); nothing was changed",
+                    position=pos, path=path)
             last_next = header.next_offset
             pos += header.size_bytes
     return last_next
@@ -163,7 +179,7 @@ def plan_leftover_recovery(directory: str | os.PathLike, *, include_cleaned: boo
     swap_logs = [f for f in files if f.state == fmt.SWAP_SUFFIX and f.kind == fmt.LOG_SUFFIX]
     if swap_logs:
         min_swap = min(f.offset for f in swap_logs)
-        max_swap = max((_next_offset_of_log(directory / f.name()) or f.offset) for f in swap_logs)
+        max_swap = max((_swap_log_next_offset(directory / f.name(), f.offset) or f.offset) for f in swap_logs)
         # Pass 3.
         for f in files:
             if f.state == "" and min_swap <= f.offset < max_swap:

@@ -202,3 +202,25 @@ def test_recovery_of_each_leftover_combination(tmp_path, state):
     assert leftovers(d) == []
     assert read_all(d) == expect
     assert not verify_paths([d]).problems
+
+
+@pytest.mark.parametrize("content", ["copy of segment 0", "garbage", "torn"])
+def test_a_swap_file_no_swap_could_have_written_stops_recovery_before_anything_changes(tmp_path, content):
+    """A stray `.swap` (someone's copy, garbage, a torn file) is refused: rolling it forward would replace a
+    good segment with it. Every open that recovers fails naming it; every file stays as it was."""
+    from segments.errors import CorruptRecordError
+
+    d = tmp_path / "t-0"
+    write_log(d, 30)
+    with PartitionLog.open(d, mode="reader") as log:
+        second = log.segments[1].base_offset
+    first_bytes = (d / fmt.offset_file_name(0, ".log")).read_bytes()
+    stray = d / (fmt.offset_file_name(second, ".log") + ".swap")
+    stray.write_bytes({"copy of segment 0": first_bytes, "garbage": bytes(range(200)),
+                       "torn": (d / fmt.offset_file_name(second, ".log")).read_bytes()[:-7]}[content])
+    before = _files(d)
+    for mode in ("cleaner", "writer", "reader"):
+        with pytest.raises(CorruptRecordError) as info:
+            PartitionLog.open(d, mode=mode).close()
+        assert info.value.path == str(stray), (mode, info.value)
+    assert _files(d) == before
