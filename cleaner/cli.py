@@ -57,7 +57,7 @@ class SizeParam(click.ParamType):
 
 
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, readable=False, dir_okay=False, path_type=Path))
 @click.option("--deep-iteration", is_flag=True, help="Print every record, not just batch headers.")
 @click.option("--print-data-log", is_flag=True, help="Print keys and values (implies --deep-iteration).")
 @click.option("--index-sanity-check", is_flag=True, help="For index files: only check them and report.")
@@ -92,7 +92,7 @@ def dump(files: tuple[Path, ...], deep_iteration: bool, print_data_log: bool, in
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, readable=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of text.")
 @notes_on_rebuilt_indexes
 def verify(paths: tuple[Path, ...], as_json: bool) -> None:
@@ -190,7 +190,9 @@ def status(url: str | None, config_path: Path | None, as_json: bool) -> None:
     click.echo(f"threads {d['threads_alive']}/{d['threads']}, log dirs {', '.join(d['log_dirs'])}, "
                f"I/O {d['io_bytes_total'] / 1e6:.1f} MB")
     several = len(d["log_dirs"]) > 1  # then each row names its log dir
-    click.echo(f"{'PARTITION':<32} {'LOG DIR  ' if several else ''}{'STATE':<12} {'POLICY':<15} {'DIRTY':>7} "
+    width = max(len("LOG DIR"), *(len(p["log_dir"]) for p in body["partitions"])) if several else 0
+    log_dir_header = f"{'LOG DIR':<{width}}  " if several else ""
+    click.echo(f"{'PARTITION':<32} {log_dir_header}{'STATE':<12} {'POLICY':<15} {'DIRTY':>7} "
                f"{'CLEANABLE MB':>13} {'ROUNDS':>6}  LAST / PROBLEM")
     for p in body["partitions"]:
         last = p["last_round"]
@@ -202,7 +204,7 @@ def status(url: str | None, config_path: Path | None, as_json: bool) -> None:
         if not p.get("policy_known", True):
             note = "; ".join(filter(None, [note, f"left as it is, policy unknown: {p['policy_source']}"]))
         policy = p.get("cleanup_policy") or "unknown"
-        where = f"{p['log_dir']}  " if several else ""
+        where = f"{p['log_dir']:<{width}}  " if several else ""
         click.echo(f"{p['partition']:<32} {where}{p['state']:<12} {policy:<15} {p['dirty_ratio']:>7.3f} "
                    f"{p['cleanable_bytes'] / 1e6:>13.2f} {p['rounds']:>6}  {note}")
     for log_dir, reason in body.get("offline_log_dirs", {}).items():
@@ -305,12 +307,11 @@ def _http(url: str, method: str, headers: dict[str, str] | None = None) -> dict:
     except (ValueError, http.client.HTTPException) as exc:  # not JSON, not HTTP, an invalid URL
         raise click.ClickException(f"{url}: not a logcleaner daemon's answer ({one_line(str(exc))})") from None
     except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")
         try:
-            detail = json.loads(detail).get("error", detail)
-        except ValueError:
-            pass
-        raise click.ClickException(f"{url}: {exc.code}: {detail}") from None
+            detail = json.loads(exc.read().decode(errors="replace"))["error"]
+        except (ValueError, TypeError, KeyError):  # not our JSON error object: an HTML page, another server
+            detail = "not a logcleaner daemon's answer"
+        raise click.ClickException(f"{url}: {exc.code}: {one_line(str(detail))}") from None
     except OSError as exc:  # URLError (connection refused, unknown host), a timeout
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         text = reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
@@ -392,7 +393,7 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, readable=False, file_okay=False, path_type=Path))
 @click.option("--key", "keys", multiple=True, metavar="KEY", help="A key (UTF-8 text) whose history to print (repeatable).")
 @click.option("--key-hex", "hex_keys", multiple=True, metavar="HEX", help="A key given in hex, for binary keys (repeatable).")
 @click.option("--key-file", "key_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -444,7 +445,7 @@ def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, .
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, readable=False, file_okay=False, path_type=Path))
 @click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="TOML config file (Kafka setting names; [topics.<name>] overrides).")
 @click.option("--server-properties", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -505,6 +506,11 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
             failed = True
         else:
             click.echo(f"warning: ignored {item}", err=True)
+    names = [p.name for p in partitions]
+    if twice := sorted({n for n in names if names.count(n) > 1}):  # which copy is the log would be a guess
+        raise click.UsageError(f"partition {twice[0]} is in two of the given log dirs "
+                               f"({', '.join(str(p.parent) for p in partitions if p.name == twice[0])}); Kafka "
+                               "refuses to start so, and so does logcleaner: clean one log dir at a time")
     if (from_offset is not None or to_offset is not None) and len(partitions) != 1:
         raise click.UsageError("--from-offset/--to-offset need exactly one partition directory")
     for log_dir in sorted({p.parent for p in partitions}):
@@ -713,7 +719,7 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, readable=False, file_okay=False, path_type=Path))
 @click.option("--method", type=click.Choice(["auto", "exact", "bloom"]), default="auto", show_default=True,
               help="exact: count distinct keys; bloom: estimate them with a bloom filter; auto: exact if it fits --memory.")
 @click.option("--memory", "memory_bytes", default="256MiB", show_default=True, type=SizeParam(min_bytes=1024),
@@ -758,6 +764,9 @@ def duplication(paths, method, memory_bytes, use_spark, master, as_json) -> None
         for directory in found:
             try:
                 parts.append(estimate_partition(directory, memory_bytes=memory_bytes, method=method))
+            except MemoryError:  # numpy's allocation error is one: a --memory this machine cannot give
+                raise OneLineUsageError(f"--memory {memory_bytes}: more than this machine can allocate; "
+                                         "give less (the bloom estimate's error grows as memory shrinks)") from None
             except (SegmentError, OSError) as exc:
                 reason = describe_os_error(exc) if isinstance(exc, OSError) else one_line(str(exc))
                 click.echo(f"{directory.name}: FAILED: {reason}", err=True)

@@ -294,3 +294,26 @@ def test_to_offset_says_single_partition_only():
     clean = main.commands["clean"]
     for name in ("from_offset", "to_offset"):
         assert "(single partition only)" in next(p for p in clean.params if p.name == name).help
+
+
+def test_admin_and_status_against_a_server_that_is_not_logcleaner_say_so_in_one_line():
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):  # an ordinary web server, minus its request log
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        for args in (["admin", "--url", url, "trigger", "t-0"], ["status", "--url", url]):
+            result = CliRunner().invoke(main, args)
+            assert result.exit_code == 1, result.output
+            assert len(result.output.strip().splitlines()) == 1, result.output
+            assert "not a logcleaner daemon's answer" in result.output and "<html" not in result.output.lower()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -70,7 +70,7 @@ ROWS = [
     row("dump", "{text}", code=1),  # not a segment file name
     row("dump", "{garbage}/" + SEGMENT, code=1),
     row("dump", "{fifo_dir}/" + SEGMENT, code=1),
-    row("dump", "{unreadable_segment}/" + SEGMENT, code=2, unreadable=True),
+    row("dump", "{unreadable_segment}/" + SEGMENT, code=1, unreadable=True),
     # verify PATH...
     row("verify", "{missing}", code=2),
     row("verify", "{empty}", code=0),
@@ -141,6 +141,7 @@ ROWS = [
     row("clean", "{logs}", "--server-properties", "{binary}", *SET_COMPACT, code=2),
     row("clean", "{corrupt}", *SET_COMPACT, code=1),
     row("clean", "{unreadable_segment}", *SET_COMPACT, "--dry-run", code=1, unreadable=True),
+    row("clean", "{logs}", "{two}", *SET_COMPACT, code=2),  # t-0 in two log dirs: which copy is the log?
     row("clean", "{logs}", "--server-properties", "{unreadable_file}", *SET_COMPACT, code=2, unreadable=True),
     # ingest SOURCE ... (all refused before Spark starts)
     row("ingest", "{missing}", "--topic", "t", "--partitions", "1", "--key-column", "k", "--value-column", "v",
@@ -166,6 +167,7 @@ ROWS = [
     row("duplication", "{logs}", "--memory", "lots", code=2),
     row("duplication", "{logs}", "--memory", "12", code=2),
     row("duplication", "{logs}", "--method", "guess", code=2),
+    row("duplication", "{logs}", "--method", "bloom", "--memory", "64TiB", code=2),  # more than the machine has
     row("duplication", "{unreadable_segment}", code=1, unreadable=True),
     row("duplication", "{unreadable_partition_dir}", code=1, unreadable=True),
     # demo
