@@ -771,7 +771,7 @@ def duplication(paths, method, memory_bytes, use_spark, master, as_json) -> None
                 reason = describe_os_error(exc) if isinstance(exc, OSError) else one_line(str(exc))
                 click.echo(f"{directory.name}: FAILED: {reason}", err=True)
                 failed = True
-    for part in [*parts, total(parts)]:
+    for part in [*parts, total(parts)] if parts else []:  # no total of nothing estimated
         click.echo(json.dumps(part.as_dict()) if as_json else part.describe())
     sys.exit(1 if failed else 0)
 
