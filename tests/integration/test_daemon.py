@@ -748,7 +748,7 @@ def test_invalid_config_on_reload_is_rejected_and_the_daemon_keeps_running(env):
     daemon = env.start()
     env.configure(settings={"log.cleaner.io.max.bytes.per.second": 5_000_000.0, "log.cleaner.threads": 65})
     daemon.send(signal.SIGHUP)
-    line = wait_until(lambda: next((l for l in daemon.log_text().splitlines() if "config reload rejected" in l), None),
+    line = wait_until(lambda: next((ln for ln in daemon.log_text().splitlines() if "config reload rejected" in ln), None),
                       timeout_s=ROUND_TIMEOUT_S, what="the rejected reload logged")
     assert "'log.cleaner.threads'" in line and "= 65" in line and "[1, 64]" in line
     assert daemon.running()

@@ -9,7 +9,6 @@ and the other log dir is still cleaned.
 from __future__ import annotations
 
 import hashlib
-import os
 
 from segments.generate import WorkloadSpec, generate_partition
 from tests.integration.daemon_helpers import DaemonProcess, free_port, leftovers, wait_until, write_config
