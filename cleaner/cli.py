@@ -523,9 +523,9 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     unknown: dict[str, list] = {}
-    for item in plan:
-        if not item.policy.known and not item.policy.never:
-            unknown.setdefault(item.policy.topic, []).append(item)
+    for planned in plan:
+        if not planned.policy.known and not planned.policy.never:
+            unknown.setdefault(planned.policy.topic, []).append(planned)
     if unknown:
         click.echo(f"error: the cleanup policy of {len(unknown)} topic(s) is unknown, so nothing was changed; "
                    "decide each in the config file (-c) or with --set:", err=True)
@@ -537,11 +537,11 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     total = sum(sum(f.lstat().st_size for f in p.glob("*.log")) for p in partitions)  # lstat: links are not followed
     show_bar = sys.stderr.isatty() and not as_json and total > 64 * 1024 * 1024
     with click.progressbar(length=max(total * 3, 1), label="cleaning", file=sys.stderr) if show_bar else _NoBar() as bar:
-        for item in plan:
+        for planned in plan:
             outcome = clean_partition(
-                item.directory, item.view.settings, now_ms=clock, policy=item.policy, forced_from=from_offset,
-                forced_to=to_offset, dry_run=dry_run, once=once, on_bytes=lambda n, direction: bar.update(n),
-                throttle=throttles.for_path(item.directory.parent),
+                planned.directory, planned.view.settings, now_ms=clock, policy=planned.policy,
+                forced_from=from_offset, forced_to=to_offset, dry_run=dry_run, once=once,
+                on_bytes=lambda n, direction: bar.update(n), throttle=throttles.for_path(planned.directory.parent),
             )
             failed |= not outcome.ok
             summary = outcome.summary()

@@ -183,7 +183,7 @@ def _fingerprint(directory: Path) -> tuple:
 
 def _metadata_signature(log_dir: Path, settings: Settings) -> tuple:
     """What changes when a metadata log that could serve `log_dir` changes (names, sizes, mtimes)."""
-    out = []
+    out: list[tuple] = []
     for base in [log_dir, settings.broker.get("metadata.log.dir"), *settings.broker["log.dirs"]]:
         if not base:
             continue
@@ -194,7 +194,7 @@ def _metadata_signature(log_dir: Path, settings: Settings) -> tuple:
         except OSError:
             continue
         out.append((str(directory), tuple(sorted((name, st.st_size, st.st_mtime_ns) for name, st in stats))))
-    out.append(os.path.exists(log_dir / "meta.properties"))
+    out.append(("meta.properties", os.path.exists(log_dir / "meta.properties")))
     return tuple(out)
 
 
@@ -388,8 +388,7 @@ class CleanerManager:
         view = self.views.get(log_dir) if log_dir is not None else None
         settings = view.settings if view is not None else self.settings
         policy = resolve_policy(topic, view) if view is not None else None
-        return dataclasses.replace(settings.topic(topic),
-                                   cleanup_policy=policy.policy if policy is not None and policy.known else ())
+        return dataclasses.replace(settings.topic(topic), cleanup_policy=(policy.policy or ()) if policy else ())
 
     def reconfigure(self, settings: Settings, log_dirs: Iterable[str | os.PathLike]) -> None:
         with self._lock:
@@ -474,7 +473,7 @@ class CleanerManager:
         by_survivorship = self.settings.broker["log.cleaner.selection.policy"] == "survivorship"
         survivorships: dict[Path, dict] = {}
         for status in statuses:
-            if status.policy is None or not status.policy.known or "compact" not in status.policy.policy:
+            if status.policy is None or "compact" not in (status.policy.policy or ()):
                 continue  # never compacted by guess (cleaner.policy)
             topic = self.topic_settings(status.topic, status.log_dir)
             if status.uncleanable_reason is not None and not self._retry_due(status, now):

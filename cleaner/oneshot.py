@@ -23,7 +23,7 @@ from pathlib import Path
 from offsetmap import OffsetMap, per_thread_memory_bytes
 from segments.errors import LogStateError, SegmentError
 from segments.fileio import DEFAULT_FILE_OPS, FileOps
-from segments.log import PartitionLog, parse_partition_dir_name
+from segments.log import Mode, PartitionLog, parse_partition_dir_name
 from segments.pathcheck import describe_os_error, display_path, find_partition_dirs, partition_dir_name_problem
 from segments.readahead import WindowRing
 
@@ -178,7 +178,7 @@ def clean_partition(
         outcome.skipped = policy.describe()
         return outcome
     topic = settings.topic(topic_name)
-    if policy is not None:
+    if policy is not None and policy.policy is not None:
         topic = dataclasses.replace(topic, cleanup_policy=policy.policy)
     if offset_map is None and topic.compact:
         broker = settings.broker
@@ -190,7 +190,7 @@ def clean_partition(
         throttle = Throttle(settings.broker["log.cleaner.io.max.bytes.per.second"])
     try:
         # A dry run reads as a reader does: no lock file, no index rebuilt on disk, nothing written at all.
-        mode = "reader" if dry_run else "cleaner"
+        mode: Mode = "reader" if dry_run else "cleaner"
         with PartitionLog.open(directory, mode=mode, config=config, file_ops=file_ops) as plog:
             if forced_from is not None and not plog.log_start_offset <= forced_from <= plog.log_end_offset:
                 raise LogStateError(f"{display_path(directory)}: --from-offset {forced_from} is outside the log "
