@@ -338,6 +338,18 @@ def _warn_if_broker_owns(paths) -> None:
                 return
 
 
+def _read_only_partitions(paths) -> tuple[list[Path], bool]:
+    """The partitions a read-only command (audit, duplication) goes through, and whether a refused path already
+    fails it: each refused path is one line on stderr (an error when it fails the command, else a warning)."""
+    from segments.pathcheck import find_partition_dirs
+
+    partitions, refused = find_partition_dirs(list(paths))
+    _exit_if_no_partition(paths, partitions, refused)
+    for item in refused:
+        click.echo(f"{'error' if item.failed else 'warning'}: ignored {item}", err=True)
+    return partitions, any(item.failed for item in refused)
+
+
 def _exit_if_no_partition(paths, partitions: list[Path], refused: list) -> None:
     """The rule of every command that takes log dirs: finding no partition in valid directories is not a usage
     error. Says so in one line on stderr, naming the paths, why a path named like a partition is not one, and
@@ -413,7 +425,7 @@ def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, .
     partition cannot be read (the message names the file and byte).
     """
     from segments.errors import SegmentError
-    from segments.pathcheck import describe_os_error, find_partition_dirs
+    from segments.pathcheck import describe_os_error
 
     from .audit import audit_partition, describe
 
@@ -426,12 +438,7 @@ def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, .
             raise click.BadParameter(f"not hex: {text!r}", param_hint="--key-hex") from None
     for key_file in key_files:
         wanted.append(_read_key_file(key_file))
-    partitions, refused = find_partition_dirs(list(paths))
-    _exit_if_no_partition(paths, partitions, refused)
-    failed = False
-    for item in refused:
-        click.echo(f"{'error' if item.failed else 'warning'}: ignored {item}", err=True)
-        failed |= item.failed
+    partitions, failed = _read_only_partitions(paths)
     for directory in partitions:
         try:
             result = audit_partition(directory, wanted)
@@ -735,17 +742,12 @@ def duplication(paths, method, memory_bytes, use_spark, master, as_json) -> None
     The total's bytes are the sum of the partitions'. Exit 1 if a partition cannot be read (the message names
     the file and what is wrong; the others are still estimated).
     """
-    from segments.pathcheck import describe_os_error, find_partition_dirs
+    from segments.pathcheck import describe_os_error
 
     from .duplication import PartitionDuplication, estimate_partition, total
 
     _warn_if_broker_owns(paths)
-    found, refused = find_partition_dirs(list(paths))
-    _exit_if_no_partition(paths, found, refused)
-    failed = False
-    for item in refused:
-        click.echo(f"{'error' if item.failed else 'warning'}: ignored {item}", err=True)
-        failed |= item.failed
+    found, failed = _read_only_partitions(paths)
     if use_spark:
         from segments.spark import SparkUnavailableError, get_session
         from segments.spark.duplication import duplication_counts
