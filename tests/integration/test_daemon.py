@@ -252,7 +252,9 @@ def test_min_cleanable_dirty_ratio_gates_selection_and_must_be_strictly_exceeded
         "eager": {"min.cleanable.dirty.ratio": ratios["eager-0"] - 0.1},
     })
     daemon = env.start()
-    wait_until(lambda: env.fully_cleaned("eager-0"), timeout_s=ROUND_TIMEOUT_S, what="eager-0 cleaned")
+    # the round writes the checkpoint before the daemon counts it: wait for both
+    wait_until(lambda: env.fully_cleaned("eager-0") and daemon.partition("eager-0")["rounds"] >= 1,
+               timeout_s=ROUND_TIMEOUT_S, what="eager-0 cleaned")
 
     # strict-0 and equal-0 rank above eager-0: the selection that took eager-0 passed them over.
     partitions = daemon.partitions()
@@ -645,7 +647,8 @@ def test_status_and_admin_commands_drive_the_running_daemon(env):
 
     trigger = cli("admin", "trigger", "ops-1", *url, *token)
     assert trigger.exit_code == 0, trigger.output
-    wait_until(lambda: env.fully_cleaned("ops-1"), timeout_s=ROUND_TIMEOUT_S, what="triggered ops-1 cleaned")
+    wait_until(lambda: env.fully_cleaned("ops-1") and daemon.partition("ops-1")["rounds"] >= 1,
+               timeout_s=ROUND_TIMEOUT_S, what="triggered ops-1 cleaned")
     assert daemon.partition("ops-0")["rounds"] == 0  # same ratio, not triggered: still not eligible
     after = cli("status", *url)
     assert re.search(r"^ops-1\s+idle\s.*\s1\s+\d+ -> \d+ records", after.stdout, re.M), after.stdout
