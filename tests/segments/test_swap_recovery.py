@@ -79,15 +79,20 @@ def test_swap_of_three_segments_into_one_does_fifteen_renames(tmp_path):
     assert count_renames(tmp_path) == SWAP_RENAMES
 
 
-@pytest.mark.parametrize("crash_at", range(SWAP_RENAMES))
-def test_crash_at_every_rename_of_the_swap_leaves_old_or_new_group(tmp_path, crash_at):
+def _crash_mid_swap(tmp_path, crash_at: int):
+    """A log whose swap of its first three segments into one crashed at rename `crash_at`; (dir, old, new)."""
     d, old, new = setup_log(tmp_path)
-    ops = CrashingFileOps(crash_at)
-    log = PartitionLog.open(d, mode="cleaner", file_ops=ops)
+    log = PartitionLog.open(d, mode="cleaner", file_ops=CrashingFileOps(crash_at))
     group = log.segments[0:3]
     with pytest.raises(Crash):
         log.replace_segments([build_cleaned_group(log, group)], group)
     log.close()  # the process "dies": its locks go with it
+    return d, old, new
+
+
+@pytest.mark.parametrize("crash_at", range(SWAP_RENAMES))
+def test_crash_at_every_rename_of_the_swap_leaves_old_or_new_group(tmp_path, crash_at):
+    d, old, new = _crash_mid_swap(tmp_path, crash_at)
     with PartitionLog.open(d, mode="writer"):
         pass
     got = read_all(d)
@@ -106,13 +111,7 @@ def _files(directory) -> dict[str, tuple[int, int]]:
 @pytest.mark.parametrize("crash_at", range(SWAP_RENAMES))
 def test_a_reader_after_a_crash_at_every_rename_sees_what_recovery_will_make_of_it_and_changes_nothing(
         tmp_path, crash_at):
-    d, old, new = setup_log(tmp_path)
-    ops = CrashingFileOps(crash_at)
-    log = PartitionLog.open(d, mode="cleaner", file_ops=ops)
-    group = log.segments[0:3]
-    with pytest.raises(Crash):
-        log.replace_segments([build_cleaned_group(log, group)], group)
-    log.close()
+    d, old, new = _crash_mid_swap(tmp_path, crash_at)
     before = _files(d)
     with PartitionLog.open(d, mode="reader") as reader:
         seen = [(r.offset, r.key, r.value, r.timestamp) for _, r in reader.iter_records()]
