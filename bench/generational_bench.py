@@ -34,9 +34,9 @@ from bench.workloads import T0_MS, WORKLOADS, _draw_keys, generate  # noqa: E402
 from cleaner.round import clean_round  # noqa: E402
 from cleaner.settings import Settings  # noqa: E402
 from offsetmap import OffsetMap  # noqa: E402
-from segments.arrow_records import encode_table  # noqa: E402
-from segments.checkpoint import CLEANER_OFFSET_CHECKPOINT  # noqa: E402
-from segments.log import PartitionLog  # noqa: E402
+from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT  # noqa: E402
+from segments.partition.log import PartitionLog  # noqa: E402
+from segments.spark.arrow_records import encode_table  # noqa: E402
 
 MIB = 1024 * 1024
 MAP_BYTES = 512 * MIB

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from segments.verify import verify_paths
+from segments.tools.verify import verify_paths
 
 KEY_BYTES = 16
 VALUE_BYTES = 100

@@ -1,4 +1,4 @@
-"""Benchmark of the bulk scan (`segments.scan`) over ~1 GB logs, against plain `read()` of the same bytes.
+"""Benchmark of the bulk scan (`segments.codec.scan`) over ~1 GB logs, against plain `read()` of the same bytes.
 
 Generates (seeded, deterministic) one `.log` per shape into `--data-dir` (default `bench/data/`, gitignored):
 
@@ -144,7 +144,7 @@ def generate(path: Path, shape: str, size_bytes: int) -> dict:
     """Write ~size_bytes of shape `shape` to `path`; returns counts. Deterministic for a given size."""
     import crc32c
 
-    from segments.records import decode_batch
+    from segments.codec.records import decode_batch
 
     records_per_batch, value_len = SHAPES[shape]
     fill = _build_generator()
@@ -210,7 +210,7 @@ def _drop_cache(path: Path) -> None:
 
 def _walk_read(path: Path, window: int, do_scan: bool, verify_crc: bool) -> tuple[int, int, int]:
     """readinto a reused window buffer; scan it; continue at the scan's end_position. (bytes, batches, records)"""
-    from segments.scan import ScanBuffers, scan
+    from segments.codec.scan import ScanBuffers, scan
 
     buf = np.empty(window, dtype=np.uint8)
     buffers = ScanBuffers()
@@ -237,7 +237,7 @@ def _walk_read(path: Path, window: int, do_scan: bool, verify_crc: bool) -> tupl
 
 def _walk_mmap(path: Path, window: int, verify_crc: bool) -> tuple[int, int, int]:
     """One read-only mapping per window (aligned down to the allocation granularity)."""
-    from segments.scan import ScanBuffers, scan
+    from segments.codec.scan import ScanBuffers, scan
 
     buffers = ScanBuffers()
     size = path.stat().st_size
@@ -263,7 +263,7 @@ def _walk_mmap(path: Path, window: int, verify_crc: bool) -> tuple[int, int, int
 def _scan_in_memory(path: Path, window: int, verify_crc: bool) -> tuple[int, int, int, float, float]:
     """Like `_walk_read`, but only the scans are timed: the scan's own cost over the whole file.
     Returns (bytes, batches, records, wall seconds, CPU seconds) of the scans."""
-    from segments.scan import ScanBuffers, scan
+    from segments.codec.scan import ScanBuffers, scan
 
     buf = np.empty(window, dtype=np.uint8)
     buffers = ScanBuffers()
@@ -301,7 +301,7 @@ def _walk_read_ahead(path: Path, window: int, verify_crc: bool) -> tuple[int, in
     import queue
     import threading
 
-    from segments.scan import ScanBuffers, scan
+    from segments.codec.scan import ScanBuffers, scan
 
     size = path.stat().st_size
     free: queue.Queue = queue.Queue()
@@ -349,7 +349,7 @@ def _walk_read_ahead(path: Path, window: int, verify_crc: bool) -> tuple[int, in
 
 
 def measure(mode: str, path: Path, window: int, repeats: int) -> dict:
-    from segments.scan import warm_up
+    from segments.codec.scan import warm_up
 
     warm_up()
     rss_base = _peak_rss_mib()
@@ -393,7 +393,7 @@ def measure(mode: str, path: Path, window: int, repeats: int) -> dict:
 def compile_times() -> dict:
     """First-call compile time (empty numba cache) and cached load time, each in a fresh process."""
     code = (
-        "import time; t=time.perf_counter(); import segments.scan as s; t1=time.perf_counter(); "
+        "import time; t=time.perf_counter(); import segments.codec.scan as s; t1=time.perf_counter(); "
         "s.warm_up(); t2=time.perf_counter(); print(t1-t, t2-t1)"
     )
     out = {}

@@ -6,7 +6,7 @@ The budget is one per device, shared by every cleaner thread and charged before 
 the thread count. In one run:
 
 1. generate `--partitions` partitions (default 10) of topic `t`, ~`--partition-mb` MB each (default 5), 1,000
-   keys rewritten over and over (`segments.generate`, 1 MiB segments, seed = partition number): almost every
+   keys rewritten over and over (`segments.tools.generate`, 1 MiB segments, seed = partition number): almost every
    byte is dirty. They are written once into a pristine directory (same spec and seed, same bytes);
 2. an untimed warm-up `logcleaner clean` of a copy of one partition (loads or compiles the numba kernels);
 3. per measured run (`--threads` x `--budgets`, then one unthrottled run with `--unthrottled-threads`):
@@ -59,9 +59,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from cleaner.throttle import WINDOW_S  # noqa: E402
-from segments.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint  # noqa: E402
-from segments.generate import WorkloadSpec, generate_partition  # noqa: E402
-from segments.log import PartitionLog  # noqa: E402
+from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint  # noqa: E402
+from segments.partition.log import PartitionLog  # noqa: E402
+from segments.tools.generate import WorkloadSpec, generate_partition  # noqa: E402
 
 LOGCLEANER = Path(sys.executable).parent / "logcleaner"
 TOPIC = "t"

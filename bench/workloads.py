@@ -2,7 +2,7 @@
 
 Owns the definition of the workloads and writing them as `<log dir>/<topic>-0/` segment files (`.log`,
 `.index`, `.timeindex`), byte-for-byte the same for the same workload, scale and seed. Files are written
-directly, not through `segments.log.PartitionLog`, for speed; `logcleaner verify` accepts them. It never
+directly, not through `segments.partition.log.PartitionLog`, for speed; `logcleaner verify` accepts them. It never
 touches anything outside the directory it is given.
 
 | workload | records | keys | value | records/batch | extra |
@@ -25,7 +25,7 @@ How it is fast: every data batch of a workload has the same layout up to its tom
 batches is one `(batches, width)` uint8 matrix filled from a one-batch template by broadcasting; the
 per-batch header fields come from a big-endian structured array, keys and values are patched in per record
 slot (column slices), tombstones overwrite their slot with a shorter template and mask its tail, control
-batches (`segments.records.encode_control_batch`) are rows of their own, and one boolean compaction turns
+batches (`segments.codec.records.encode_control_batch`) are rows of their own, and one boolean compaction turns
 the matrix into the concatenated batches. Python loops run per batch only for CRC-32C (`crc32c`) and lz4.
 Values come from numpy's PCG64DXSM (~2 GB/s). A 1 GB workload generates in ~5-10 s on the standard machine.
 
@@ -54,10 +54,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from segments import format as fmt  # noqa: E402
-from segments.compression import compress  # noqa: E402
-from segments.index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries  # noqa: E402
-from segments.records import encode_control_batch  # noqa: E402
-from segments.varint import encode_varint  # noqa: E402
+from segments.codec.compression import compress  # noqa: E402
+from segments.codec.records import encode_control_batch  # noqa: E402
+from segments.codec.varint import encode_varint  # noqa: E402
+from segments.files.index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries  # noqa: E402
 
 __all__ = ["WORKLOADS", "Workload", "generate"]
 

@@ -16,7 +16,7 @@ Records of aborted transactions are left out of the key statistics (no consumer 
 them) and counted on their own. Records below the log start offset are not counted. Nothing is written.
 
 A partition holding the leftovers of an interrupted clean or swap (`.cleaned`, `.swap`, `.deleted` files) is
-audited as Kafka will see it once it has recovered them (the reader's view, `segments.recovery`: a rolled-forward
+audited as Kafka will see it once it has recovered them (the reader's view, `segments.partition.recovery`: a rolled-forward
 `.swap` segment in place of the old ones), without recovering anything; the leftovers are listed.
 """
 
@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from offsetmap import hash_key, hash_key_spans
-from segments.errors import CorruptRecordError
-from segments.log import PartitionLog
+from segments.codec.errors import CorruptRecordError
+from segments.partition.log import PartitionLog
 
 __all__ = ["KeyRecord", "PartitionAudit", "audit_partition", "histogram_buckets"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from segments.errors import SegmentError
+from segments.codec.errors import SegmentError
 
 from .cli_support import CommandGroup, OneLineUsageError, notes_on_rebuilt_indexes, one_line
 
@@ -65,7 +65,7 @@ class SizeParam(click.ParamType):
 @notes_on_rebuilt_indexes
 def dump(files: tuple[Path, ...], deep_iteration: bool, print_data_log: bool, index_sanity_check: bool, as_json: bool) -> None:
     """Print the batches and records of .log files, or the entries of .index/.timeindex/.txnindex files."""
-    from segments.dump import dump_file, format_entry
+    from segments.tools.dump import dump_file, format_entry
 
     _warn_if_broker_owns(files)
 
@@ -84,7 +84,7 @@ def dump(files: tuple[Path, ...], deep_iteration: bool, print_data_log: bool, in
         except BrokenPipeError:
             raise  # our reader went away, not a file problem: the command ends quietly (cli_support)
         except OSError as exc:  # e.g. permission denied
-            from segments.pathcheck import describe_os_error
+            from segments.files.pathcheck import describe_os_error
 
             click.echo(f"error: {describe_os_error(exc)}", err=True)
             failed = True
@@ -100,7 +100,7 @@ def verify(paths: tuple[Path, ...], as_json: bool) -> None:
 
     Exit 1 with one line per problem (file and byte position) if anything is wrong.
     """
-    from segments.verify import verify_paths
+    from segments.tools.verify import verify_paths
 
     _warn_if_broker_owns(paths)
     summary = verify_paths(list(paths))
@@ -228,7 +228,7 @@ def admin(operation: str, partition: str, url: str | None, config_path: Path | N
 
     These requests change the daemon's state, so they carry its admin token (Authorization: Bearer).
     """
-    from segments.pathcheck import partition_dir_name_problem
+    from segments.files.pathcheck import partition_dir_name_problem
 
     from .admin_token import AdminTokenError, authorization_header, read_token_file, token_from_environment
 
@@ -323,7 +323,7 @@ def _warn_if_broker_owns(paths) -> None:
 
     A path may be a log dir, a partition directory or a file in one: the `.lock` is looked for in the path
     and its two parents."""
-    from segments.locks import log_dir_owner
+    from segments.partition.locks import log_dir_owner
 
     seen = set()
     for raw in paths:
@@ -341,7 +341,7 @@ def _warn_if_broker_owns(paths) -> None:
 def _read_only_partitions(paths) -> tuple[list[Path], bool]:
     """The partitions a read-only command (audit, duplication) goes through, and whether a refused path already
     fails it: each refused path is one line on stderr (an error when it fails the command, else a warning)."""
-    from segments.pathcheck import find_partition_dirs
+    from segments.files.pathcheck import find_partition_dirs
 
     partitions, refused = find_partition_dirs(list(paths))
     _exit_if_no_partition(paths, partitions, refused)
@@ -363,7 +363,8 @@ def _exit_if_no_partition(paths, partitions: list[Path], refused: list) -> None:
 
 def _no_partition_line(paths, refused: list = ()) -> str:
     """The one line every command says when valid directories hold no partition."""
-    from segments.pathcheck import display_path, partition_dir_name_problem
+    from segments.codec.errors import display_path
+    from segments.files.pathcheck import partition_dir_name_problem
 
     hints = [f"; {display_path(p)} is not a partition directory itself: {problem}"
              for p in paths if "-" in Path(p).name and (problem := partition_dir_name_problem(Path(p).name))]
@@ -379,7 +380,8 @@ def _read_key_file(path: Path) -> bytes:
     """The whole content of `path`, exactly, as one key; a usage error naming the file when it cannot be one."""
     import stat
 
-    from segments.pathcheck import describe_file_kind, describe_os_error, display_path
+    from segments.codec.errors import display_path
+    from segments.files.pathcheck import describe_file_kind, describe_os_error
 
     try:
         st = path.stat()
@@ -424,8 +426,8 @@ def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, .
     Kafka's recovery will leave it, and the leftovers are listed (nothing is changed). Reads only; exit 1 if a
     partition cannot be read (the message names the file and byte).
     """
-    from segments.errors import SegmentError
-    from segments.pathcheck import describe_os_error
+    from segments.codec.errors import SegmentError
+    from segments.files.pathcheck import describe_os_error
 
     from .audit import audit_partition, describe
 
@@ -481,8 +483,9 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     """
     import time
 
-    from segments.locks import log_dir_owner
-    from segments.pathcheck import display_path, find_partition_dirs
+    from segments.codec.errors import display_path
+    from segments.files.pathcheck import find_partition_dirs
+    from segments.partition.locks import log_dir_owner
 
     from .config_file import ConfigFileError, load_config
     from .oneshot import clean_partition, plan_partitions
@@ -643,7 +646,7 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
     """
     import time
 
-    from segments.pathcheck import describe_os_error
+    from segments.files.pathcheck import describe_os_error
     from segments.spark import JvmConsole, SparkUnavailableError, get_session, stop_session
     from segments.spark.ingest import IngestUsageError, check_ingest
     from segments.spark.ingest import ingest as run_ingest
@@ -658,7 +661,7 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
         options[key.strip()] = value.strip()
     request = dict(topic=topic, partitions=partitions, output=str(output), value_column=value_column,
                    value_format=value_format, input_format=input_format, null_keys=null_keys, overwrite=overwrite)
-    from segments.locks import log_dir_owner
+    from segments.partition.locks import log_dir_owner
 
     if (owner := log_dir_owner(output)) is not None:  # before Spark starts; the commit takes the lock itself
         raise click.ClickException(str(owner))
@@ -742,7 +745,7 @@ def duplication(paths, method, memory_bytes, use_spark, master, as_json) -> None
     The total's bytes are the sum of the partitions'. Exit 1 if a partition cannot be read (the message names
     the file and what is wrong; the others are still estimated).
     """
-    from segments.pathcheck import describe_os_error
+    from segments.files.pathcheck import describe_os_error
 
     from .duplication import PartitionDuplication, estimate_partition, total
 
@@ -788,7 +791,7 @@ def _demo_foreign_entries(directory: Path) -> list[str]:
     """What in an existing `directory` a previous `demo` did not write: everything, unless it holds the demo's
     marker; with the marker, anything but the marker, lock files, checkpoints and `demo-<n>` partition
     directories that hold only partition files. Empty: the directory may be (re)filled."""
-    from segments.pathcheck import is_partition_file_name, parse_partition_dir_name
+    from segments.files.pathcheck import is_partition_file_name, parse_partition_dir_name
 
     names = sorted(os.listdir(directory))
     if DEMO_MARKER not in names:
@@ -813,7 +816,8 @@ def _prepare_demo_directory(directory: Path) -> None:
 
     Anything else — a file, a Kafka log dir, `--dir .` in a directory with files — is refused in one line
     (exit 2) before anything is touched: demo never deletes what it did not write."""
-    from segments.pathcheck import describe_os_error, display_path
+    from segments.codec.errors import display_path
+    from segments.files.pathcheck import describe_os_error
 
     try:
         if directory.exists():
@@ -857,8 +861,8 @@ def demo(directory: Path, records: int, keys: int, partitions: int) -> None:
     """
     import time
 
-    from segments.generate import WorkloadSpec, generate_partition
-    from segments.verify import verify_paths
+    from segments.tools.generate import WorkloadSpec, generate_partition
+    from segments.tools.verify import verify_paths
 
     from .oneshot import clean_partition, find_partitions
     from .settings import Settings

@@ -16,7 +16,7 @@ Owns three things for `cleaner.cli` and prints nothing of its own but those note
   `OneLineErrorsCommand.parse_args`) and a usage error a command raises itself (`CommandGroup.invoke`) are
   shown without click's usage text, which `--help` gives.
 * **Indexes rebuilt in memory.** A read-only command opens partitions as a reader, and a reader that finds
-  an index failing its sanity check rebuilds it in memory (`segments.log.IndexRebuild`, logged as a
+  an index failing its sanity check rebuilds it in memory (`segments.partition.log.IndexRebuild`, logged as a
   key=value warning). Every partition that Kafka was writing has such an index: Kafka preallocates the
   active segment's index files and trims them only when the segment stops being active. `index_notes`
   turns those warnings into sentences on stderr, said once per command run, at its end: one sentence for
@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterator
 
 import click
 
-from segments.log import IndexRebuild
-from segments.pathcheck import display_path
+from segments.codec.errors import display_path
+from segments.partition.log import IndexRebuild
 
 __all__ = [
     "BROKEN_PIPE_EXIT", "CommandGroup", "OneLineErrorsCommand", "OneLineUsageError", "index_notes",
@@ -47,7 +47,7 @@ __all__ = [
 
 BROKEN_PIPE_EXIT = 128 + 13  # 128 + SIGPIPE: the status a shell reports for `cat` killed by a closed pipe
 _NOTE_FILES_SHOWN_MAX = 3  # untrimmed indexes named in the note; the rest are counted
-_INDEX_LOGGER = "segments.log"  # where `IndexRebuild` warnings are logged
+_INDEX_LOGGER = "segments.partition.log"  # where `IndexRebuild` warnings are logged
 _UNTRIMMED = "no trimmed end (as Kafka leaves an active segment's)"
 
 
@@ -125,7 +125,7 @@ def _flushes(stream) -> bool:
 
 
 class _IndexNotes(logging.Filter):
-    """Takes the in-memory `IndexRebuild` warnings off the `segments.log` logger and keeps them, once each."""
+    """Takes the in-memory `IndexRebuild` warnings off the `segments.partition.log` logger and keeps them, once each."""
 
     def __init__(self) -> None:
         super().__init__()

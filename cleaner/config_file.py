@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from segments.pathcheck import describe_os_error
+from segments.files.pathcheck import describe_os_error
 
-from .settings import Settings, SettingError, SettingSource
+from .settings import SettingError, Settings, SettingSource
 
 __all__ = ["ConfigFileError", "LoadedConfig", "load_config", "read_server_properties"]
 

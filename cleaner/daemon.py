@@ -26,12 +26,17 @@ import threading
 import time
 from pathlib import Path
 
-from segments.log import parse_partition_dir_name
-from segments.pathcheck import open_no_follow
+from segments.files.pathcheck import open_no_follow
+from segments.partition.log import parse_partition_dir_name
 
 from .admin_http import AdminServer, is_loopback, parse_listen
 from .admin_token import (
-    ADMIN_TOKEN_ENV, AdminTokenError, loose_permissions, read_token_file, resolve_token_file, token_from_environment,
+    ADMIN_TOKEN_ENV,
+    AdminTokenError,
+    loose_permissions,
+    read_token_file,
+    resolve_token_file,
+    token_from_environment,
 )
 from .config_file import ConfigFileError, LoadedConfig, load_config
 from .manager import DISK_FULL_RETRY_MS_DEFAULT, UNCLEANABLE_RETRY_MS_DEFAULT, CleanerManager, StateError

@@ -25,7 +25,7 @@ import numpy as np
 
 from offsetmap import hash_key_spans
 from offsetmap.bloom import KeyBloomFilter
-from segments.log import PartitionLog
+from segments.partition.log import PartitionLog
 
 __all__ = ["METHODS", "PartitionDuplication", "estimate_partition", "total"]
 

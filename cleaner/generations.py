@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from segments.checkpoint import GENERATIONS_FILE
-from segments.fileio import DEFAULT_FILE_OPS, FileOps
+from segments.files.fileio import DEFAULT_FILE_OPS, FileOps
+from segments.partition.checkpoint import GENERATIONS_FILE
 
 __all__ = ["GENERATIONS_FILE", "GenerationPlan", "load_starts", "plan_round", "save_starts"]
 

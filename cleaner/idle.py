@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 import os
 
-from segments import format as fmt
-from segments.errors import LockTimeoutError, SegmentError
-from segments.log import LogConfig, PartitionLog
-from segments.pathcheck import check_partition_dir
-from segments.recovery import parse_segment_file_name
-from segments.segment import peek_header
+from segments.codec import format as fmt
+from segments.codec.errors import LockTimeoutError, SegmentError
+from segments.files.names import parse_segment_file_name
+from segments.files.pathcheck import check_partition_dir
+from segments.files.segment import peek_header
+from segments.partition.log import LogConfig, PartitionLog
 
 __all__ = ["maintain_idle_logs", "roll_if_idle"]
 

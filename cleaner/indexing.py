@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from offsetmap import OffsetMap, hash_key_spans
-from segments.log import PartitionLog
-from segments.readahead import WindowRing, read_ahead
+from segments.files.readahead import WindowRing, read_ahead
+from segments.partition.log import PartitionLog
 
 from ._kernels import mark_offsets, offsets_marked
 from .survey import WINDOW_BYTES, LogSurvey

@@ -29,25 +29,30 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from segments import format as fmt
-from segments import pathcheck
-from segments.checkpoint import (
+from segments.codec import format as fmt
+from segments.codec.errors import SegmentError
+from segments.files import pathcheck
+from segments.files.names import parse_segment_file_name
+from segments.files.segment import LogSegment, peek_header
+from segments.partition.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
 )
-from segments.errors import SegmentError
-from segments.log import parse_partition_dir_name, update_log_dir_checkpoint
-from segments.recovery import parse_segment_file_name
-from segments.segment import LogSegment, peek_header
-
-from segments.kraft import METADATA_PARTITION
-from segments.locks import log_dir_owner
+from segments.partition.locks import log_dir_owner
+from segments.partition.log import parse_partition_dir_name, update_log_dir_checkpoint
+from segments.tools.kraft import METADATA_PARTITION
 
 from . import survivorship
 from .policy import (
-    NEVER_TOUCHED_TOPICS, ClusterView, PolicyError, TopicPolicy, cluster_view, resolve_policy, unknown_policy_hint,
+    NEVER_TOUCHED_TOPICS,
+    ClusterView,
+    PolicyError,
+    TopicPolicy,
+    cluster_view,
+    resolve_policy,
+    unknown_policy_hint,
 )
 from .retention import RetentionResult
 from .round import RoundResult
@@ -278,7 +283,7 @@ class CleanerManager:
 
         Entries of a log dir that are not partitions are passed over: files, and Kafka's `-delete`,
         `-future`, `-stray` directories and `lost+found`, quietly; symbolic links (never followed) and
-        directories whose names are not `<topic>-<partition>` (`segments.pathcheck`) with a warning,
+        directories whose names are not `<topic>-<partition>` (`segments.files.pathcheck`) with a warning,
         logged once while the entry stays, and an entry in `ignored` (shown by `/status`).
         """
         found: dict[Path, tuple[Path, str, int]] = {}

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from offsetmap import OffsetMap, per_thread_memory_bytes
-from segments.errors import LogStateError, SegmentError
-from segments.fileio import DEFAULT_FILE_OPS, FileOps
-from segments.log import Mode, PartitionLog, parse_partition_dir_name
-from segments.pathcheck import describe_os_error, display_path, find_partition_dirs, partition_dir_name_problem
-from segments.readahead import WindowRing
+from segments.codec.errors import LogStateError, SegmentError, display_path
+from segments.files.fileio import DEFAULT_FILE_OPS, FileOps
+from segments.files.pathcheck import describe_os_error, find_partition_dirs, partition_dir_name_problem
+from segments.files.readahead import WindowRing
+from segments.partition.log import Mode, PartitionLog, parse_partition_dir_name
 
 from . import survivorship
 from .policy import NEVER_TOUCHED_TOPICS, ClusterView, TopicPolicy, cluster_view, resolve_policy
@@ -104,7 +104,7 @@ class PartitionOutcome:
 def find_partitions(paths: list[str | os.PathLike]) -> Iterator[Path]:
     """Partition directories named by `paths` (each one, or the children of a log directory), sorted.
 
-    What is refused (symbolic links, invalid names: `segments.pathcheck.find_partition_dirs`) is left out;
+    What is refused (symbolic links, invalid names: `segments.files.pathcheck.find_partition_dirs`) is left out;
     a caller that must report it calls `find_partition_dirs` itself.
     """
     yield from find_partition_dirs(paths)[0]

@@ -6,7 +6,7 @@ policy comes, in order, from:
 
 1. the user's topic-level value: `[topics.<name>] "cleanup.policy"`, else a flat `cleanup.policy` given
    with `--set` or in the config file (it applies to every topic);
-2. the cluster's own topic config in the KRaft metadata log (`segments.kraft`);
+2. the cluster's own topic config in the KRaft metadata log (`segments.tools.kraft`);
 3. Kafka's internal topics `__consumer_offsets` and `__transaction_state`: compacted, as Kafka creates them;
 4. the broker level: a `log.cleanup.policy` the user gave logcleaner (`--set`, the config file) decides
    every remaining topic; otherwise, for a topic the KRaft metadata lists with no override of its own,
@@ -26,12 +26,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from segments.errors import SegmentError
-from segments.kraft import METADATA_PARTITION, ClusterMetadata, find_metadata_log, read_cluster_metadata
-from segments.pathcheck import describe_os_error, display_path
+from segments.codec.errors import SegmentError, display_path
+from segments.files.pathcheck import describe_os_error
+from segments.tools.kraft import METADATA_PARTITION, ClusterMetadata, find_metadata_log, read_cluster_metadata
 
 from .config_file import ConfigFileError, read_server_properties
-from .settings import Settings, SettingError
+from .settings import SettingError, Settings
 
 __all__ = [
     "INTERNAL_COMPACTED_TOPICS",

@@ -27,9 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from offsetmap import OffsetMap, per_thread_memory_bytes
-from segments.errors import LockTimeoutError, LogDirOwnedError
-from segments.log import PartitionLog
-from segments.readahead import WindowRing
+from segments.codec.errors import LockTimeoutError, LogDirOwnedError
+from segments.files.readahead import WindowRing
+from segments.partition.log import PartitionLog
 
 from . import survivorship
 from .idle import maintain_idle_logs

@@ -58,14 +58,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from offsetmap import OffsetMap, hash_key_spans
-from segments import faults
-from segments import format as fmt
-from segments.legacy import encode_legacy_wrapper
-from segments.log import PartitionLog
-from segments.readahead import WindowRing, read_ahead
-from segments.records import Record, batch_crc, encode_batch_from_region
-from segments.segment import LogSegment
-from segments.txnindex import AbortedTxn
+from segments.codec import format as fmt
+from segments.codec.legacy import encode_legacy_wrapper
+from segments.codec.records import Record, batch_crc, encode_batch_from_region
+from segments.files import faults
+from segments.files.readahead import WindowRing, read_ahead
+from segments.files.segment import LogSegment
+from segments.files.txnindex import AbortedTxn
+from segments.partition.log import PartitionLog
 
 from ._kernels import assemble_batches, copy_records, rebase_records
 from .indexing import SupersededOffsets

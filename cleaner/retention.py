@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
-from segments.checkpoint import REPLICATION_OFFSET_CHECKPOINT
-from segments.log import PartitionLog
+from segments.partition.checkpoint import REPLICATION_OFFSET_CHECKPOINT
+from segments.partition.log import PartitionLog
 
 from .settings import TopicSettings
 

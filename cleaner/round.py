@@ -5,7 +5,7 @@ Owns Kafka's `Cleaner.clean` for a single log, single-threaded, with no globals:
 the thread pool (which log next, when, on which thread) live elsewhere.
 
 Guarantees: offsets never change and records never reorder; each group is swapped in atomically (see
-`segments.log.PartitionLog.replace_segments`); corruption of framing, CRCs or offsets anywhere in the
+`segments.partition.log.PartitionLog.replace_segments`); corruption of framing, CRCs or offsets anywhere in the
 inactive segments, and anything wrong in the dirty section's records, is found by the survey and the index
 phase before anything is swapped, and then the round raises `CorruptRecordError` (file and position) with
 the log byte-for-byte as it was. Damage under a valid CRC inside the records of the clean section (which
@@ -33,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from offsetmap import OffsetMap
-from segments import faults
-from segments.checkpoint import CLEANER_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
-from segments.log import PartitionLog
-from segments.readahead import WindowRing
+from segments.files import faults
+from segments.files.readahead import WindowRing
+from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
+from segments.partition.log import PartitionLog
 
 from .cleanable import CleanableRange, cleanable_range
 from .generations import GenerationPlan, load_starts, plan_round, save_starts

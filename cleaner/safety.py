@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from offsetmap import OffsetMap, hash_key_spans
-from segments.segment import LogSegment
+from segments.files.segment import LogSegment
 
 from .survey import LogSurvey
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from segments.log import LogConfig
+from segments.partition.log import LogConfig
 
 __all__ = [
     "BROKER_SETTINGS",

@@ -12,8 +12,8 @@ full, since its inner messages carry CRCs of their own. What a valid CRC covers 
 decoded by the later phases: the index phase decodes the dirty section before anything is swapped, the recopy
 phase the clean section group by group.
 
-One pass over the headers (`segments.scan` with `headers_only`, read and checked on a read-ahead thread,
-`segments.readahead`); control batches and legacy wrappers, which are rare, are decoded in full. This is the
+One pass over the headers (`segments.codec.scan` with `headers_only`, read and checked on a read-ahead thread,
+`segments.files.readahead`); control batches and legacy wrappers, which are rare, are decoded in full. This is the
 round's only CRC check: the index and recopy phases read the same inactive segments again, which the
 cleaner lock keeps unchanged, and do not check them twice. Memory is proportional to the number of
 transactions and producers, not to the log. It reads the active segment too (open transactions end there),
@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from segments import format as fmt
-from segments.errors import CorruptRecordError
-from segments.log import PartitionLog
-from segments.readahead import WindowRing, read_ahead
-from segments.records import decode_batch, decode_control_key
-from segments.scan import scan
+from segments.codec import format as fmt
+from segments.codec.errors import CorruptRecordError
+from segments.codec.records import decode_batch, decode_control_key
+from segments.codec.scan import scan
+from segments.files.readahead import WindowRing, read_ahead
+from segments.partition.log import PartitionLog
 
 __all__ = ["WINDOW_BYTES", "LogSurvey", "ProducerState", "SegmentSurvey", "Transaction", "survey_log"]
 

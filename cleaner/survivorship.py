@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from segments.checkpoint import SURVIVORSHIP_CHECKPOINT, read_offset_checkpoint
-from segments.log import update_log_dir_checkpoint
+from segments.partition.checkpoint import SURVIVORSHIP_CHECKPOINT, read_offset_checkpoint
+from segments.partition.log import update_log_dir_checkpoint
 
 __all__ = [
     "POLICIES", "SURVIVORSHIP_CHECKPOINT", "eligible", "expected_freed_fraction", "freed_per_io_byte", "read_all",

@@ -3,9 +3,10 @@
 Public API is listed in `__all__`; modules not named here are internal.
 """
 
-from . import format
-from .compression import compress, decompress
-from .errors import (
+from .codec import format
+from .codec.batches import iter_batch_headers, iter_batches
+from .codec.compression import compress, decompress
+from .codec.errors import (
     CheckpointError,
     CorruptIndexError,
     CorruptRecordError,
@@ -19,11 +20,8 @@ from .errors import (
     TruncatedBatchError,
     UnsupportedFormatError,
 )
-from .batches import iter_batch_headers, iter_batches
-from .fileio import DEFAULT_FILE_OPS, FileOps
-from .legacy import decode_legacy_entry, decode_legacy_header
-from .log import LogConfig, PartitionLog, parse_partition_dir_name
-from .records import (
+from .codec.legacy import decode_legacy_entry, decode_legacy_header
+from .codec.records import (
     BatchHeader,
     Header,
     Record,
@@ -38,6 +36,8 @@ from .records import (
     encode_record,
     make_attributes,
 )
+from .files.fileio import DEFAULT_FILE_OPS, FileOps
+from .partition.log import LogConfig, PartitionLog, parse_partition_dir_name
 
 __all__ = [
     "BatchHeader",

@@ -1,7 +1,7 @@
 """Builders of KRaft metadata logs for tests: `__cluster_metadata-0/` with segments and snapshots.
 
 Batches are built with kafka-python's record builder (an implementation independent of ours); the record
-values with `segments.metadata_records`' encoders, whose bytes `tests/segments/test_kraft.py` pins against
+values with `segments.codec.metadata_records`' encoders, whose bytes `tests/segments/test_kraft.py` pins against
 the published schemas by hand-written golden bytes. Snapshot files get SnapshotHeader/SnapshotFooter
 control batches around their records, as Kafka writes them.
 """
@@ -14,13 +14,13 @@ from pathlib import Path
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from segments.metadata_records import (
+from segments.codec.metadata_records import (
     ConfigResourceType,
     encode_config_record,
     encode_remove_topic_record,
     encode_topic_record,
 )
-from segments.records import Record, encode_batch
+from segments.codec.records import Record, encode_batch
 
 TOPIC = ConfigResourceType.TOPIC
 BROKER = ConfigResourceType.BROKER

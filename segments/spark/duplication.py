@@ -27,7 +27,7 @@ def _bloom_task(filter_bytes: int, hashes: int):
         from offsetmap import hash_key_spans
         from offsetmap.bloom import KeyBloomFilter
 
-        from ..arrow_records import binary_parts
+        from .arrow_records import binary_parts
 
         filters: dict[tuple[str, int], list] = {}
         for batch in batches:
@@ -68,7 +68,7 @@ def duplication_counts(spark, paths: list[str], *, method: str = "auto", memory_
 
     from offsetmap.bloom import KeyBloomFilter
 
-    from ..log import PartitionLog
+    from ..partition.log import PartitionLog
     from .source import plan_input_partitions
 
     directories = sorted({r.directory for r in plan_input_partitions([str(p) for p in paths])})

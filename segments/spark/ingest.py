@@ -16,7 +16,7 @@ count against an existing topic). Rows whose key is null are counted before anyt
 `null_keys="error"` the ingest stops there (`NullKeyError`, with the count), with `"drop"` they are left out
 and counted in the result. Every other Spark failure — reading the source, a failing task — becomes one
 `IngestError` whose message is one line (`describe_spark_error`). The write itself stages its pieces outside
-the topic's partitions (`segments.bulk_write`), so a failure before the commit leaves the output as it was:
+the topic's partitions (`segments.spark.bulk_write`), so a failure before the commit leaves the output as it was:
 staged files are removed and a log dir the job created is removed again.
 """
 
@@ -28,9 +28,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bulk_write import check_topic_partitions
-from ..errors import SegmentError
-from ..pathcheck import describe_os_error
+from ..codec.errors import SegmentError
+from ..files.pathcheck import describe_os_error
+from ..partition.log import PartitionLog
+from .bulk_write import check_topic_partitions
 from .session import describe_spark_error
 
 __all__ = [
@@ -226,8 +227,6 @@ def _as_timestamp(df, name: str):
 
 
 def _partition_state(output: Path, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
-    from ..log import PartitionLog
-
     state = {}
     for p in range(partitions):
         directory = output / f"{topic}-{p}"

@@ -1,7 +1,7 @@
 """The `logsegments` Spark data source (Spark 4 Python data source API): logs read as rows, rows written as logs.
 
-Owns the Spark side of `segments.arrow_records` (the columns and the Arrow conversion) and of
-`segments.bulk_write` (staged pieces and the ordered commit):
+Owns the Spark side of `segments.spark.arrow_records` (the columns and the Arrow conversion) and of
+`segments.spark.bulk_write` (staged pieces and the ordered commit):
 
 * read — `spark.read.format("logsegments").load(PATH)`, PATH a log dir or partition dirs (comma-separated):
   one row per data record with the columns of `SPARK_SCHEMA_DDL`; one input partition per log partition, or
@@ -38,11 +38,21 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .. import format as fmt
-from ..arrow_records import RECORD_COLUMNS, SPARK_SCHEMA_DDL
-from ..bulk_write import STAGING_PREFIX, StagedPiece, check_topic_partitions, missing_dirs, new_job_id
-from ..log import LogConfig, parse_partition_dir_name
-from ..recovery import parse_segment_file_name
+from ..codec import format as fmt
+from ..files.names import parse_segment_file_name
+from ..partition.log import LogConfig, parse_partition_dir_name
+from .arrow_records import RECORD_COLUMNS, SPARK_SCHEMA_DDL, binary_column, binary_parts, encode_table, read_arrow_batches
+from .bulk_write import (
+    STAGING_PREFIX,
+    PieceWriter,
+    StagedPiece,
+    abort_job,
+    check_topic_partitions,
+    commit_job,
+    missing_dirs,
+    new_job_id,
+)
+from .partitioner import partitions_for_spans
 
 __all__ = ["LogSegmentsDataSource", "SegmentRange", "StagedPieces", "plan_input_partitions"]
 
@@ -139,8 +149,6 @@ class LogSegmentsReader(DataSourceReader):
         return plan_input_partitions(self.paths, self.max_partition_bytes)
 
     def read(self, partition: SegmentRange) -> Iterator:
-        from ..arrow_records import read_arrow_batches
-
         yield from read_arrow_batches(
             partition.directory, columns=self.columns, segments_from=partition.start, segments_below=partition.stop
         )
@@ -188,8 +196,6 @@ class LogSegmentsWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator) -> StagedPieces:
         from pyspark import TaskContext
 
-        from ..bulk_write import PieceWriter
-
         context = TaskContext.get()
         task = context.partitionId() if context else 0
         attempt = context.attemptNumber() if context else 0
@@ -212,9 +218,6 @@ class LogSegmentsWriter(DataSourceArrowWriter):
     def _encode(self, batches: list, writer, first_row: int) -> None:
         import numpy as np
         import pyarrow as pa
-
-        from ..arrow_records import binary_column, binary_parts, encode_table
-        from ..partitioner import partitions_for_spans
 
         table = pa.Table.from_batches(batches)
         keys = binary_column(table.column(self.key_column), self.key_column)
@@ -256,14 +259,10 @@ class LogSegmentsWriter(DataSourceArrowWriter):
         return column.fill_null(fmt.NO_TIMESTAMP).to_numpy()
 
     def commit(self, messages: list) -> None:
-        from ..bulk_write import commit_job
-
         pieces = [piece for message in messages if message is not None for piece in message.pieces]
         commit_job(
             self.log_dir, self.job_id, self.topic, self.partitions, pieces, overwrite=self.overwrite, config=self.config
         )
 
     def abort(self, messages: list) -> None:
-        from ..bulk_write import abort_job
-
         abort_job(self.log_dir, self.job_id, created_dirs=self.created_dirs)

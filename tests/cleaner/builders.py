@@ -19,10 +19,10 @@ from pathlib import Path
 from cleaner.round import RoundResult, clean_round
 from cleaner.settings import Settings
 from offsetmap import OffsetMap
-from segments import format as fmt
-from segments.checkpoint import update_offset_checkpoint
-from segments.log import LogConfig, PartitionLog
-from segments.records import Header, Record, RecordBatch, encode_batch, encode_control_batch
+from segments.codec import format as fmt
+from segments.codec.records import Header, Record, RecordBatch, encode_batch, encode_control_batch
+from segments.partition.checkpoint import update_offset_checkpoint
+from segments.partition.log import LogConfig, PartitionLog
 
 T0 = 1_700_000_000_000  # record timestamps start here (ms)
 DAY_MS = 86_400_000

@@ -12,8 +12,8 @@ from kafka.record.memory_records import MemoryRecords
 
 from cleaner.audit import audit_partition, histogram_buckets
 from cleaner.cli import main
-from segments.checkpoint import update_offset_checkpoint
-from segments.log import PartitionLog
+from segments.partition.checkpoint import update_offset_checkpoint
+from segments.partition.log import PartitionLog
 
 from .builders import ROLL, T0, abort, batch, build_log, commit, partition_dir, random_log, txn_batch
 

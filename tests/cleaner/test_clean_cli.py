@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from kafka.record.memory_records import MemoryRecords
 
 from cleaner.cli import main
-from segments.checkpoint import read_offset_checkpoint
-from segments.log import PartitionLog
+from segments.partition.checkpoint import read_offset_checkpoint
+from segments.partition.log import PartitionLog
 
 from ..segments.helpers import copy_fixture, read_all, write_log
 

@@ -23,11 +23,11 @@ import pytest
 from click.testing import CliRunner
 
 from cleaner.cli import main
-from segments import format as fmt
-from segments.generate import WorkloadSpec, generate_partition
-from segments.log import PartitionLog
-from segments.pathcheck import describe_os_error
-from segments.records import Record, encode_batch
+from segments.codec import format as fmt
+from segments.codec.records import Record, encode_batch
+from segments.files.pathcheck import describe_os_error
+from segments.partition.log import PartitionLog
+from segments.tools.generate import WorkloadSpec, generate_partition
 
 from ..segments.helpers import Crash, CrashingFileOps
 from ..segments.test_swap_recovery import build_cleaned_group

@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 
 from cleaner.cli import main
-from segments import format as fmt
-from segments.generate import WorkloadSpec, generate_partition
+from segments.codec import format as fmt
+from segments.tools.generate import WorkloadSpec, generate_partition
 
 TIMEOUT_S = 120.0
 IS_ROOT = os.geteuid() == 0

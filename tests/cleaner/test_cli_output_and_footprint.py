@@ -20,11 +20,11 @@ from click.testing import CliRunner
 
 from cleaner.cli import main as cli_main
 from cleaner.cli_support import BROKEN_PIPE_EXIT
-from segments import format as fmt
-from segments.generate import WorkloadSpec, generate_partition
-from segments.locks import SWAP_LOCK, PartitionLock
-from segments.log import IndexRebuild, PartitionLog
-from segments.records import Record, encode_batch
+from segments.codec import format as fmt
+from segments.codec.records import Record, encode_batch
+from segments.partition.locks import SWAP_LOCK, PartitionLock
+from segments.partition.log import IndexRebuild, PartitionLog
+from segments.tools.generate import WorkloadSpec, generate_partition
 
 from ..integration.daemon_helpers import logcleaner_command
 
@@ -165,7 +165,7 @@ def test_an_index_wrong_in_another_way_gets_its_own_note_naming_the_byte(tmp_pat
 
 def test_the_library_still_logs_the_rebuild_as_a_key_value_warning_with_its_facts(tmp_path, caplog):
     partition = kafka_like_partition(tmp_path / "logs" / "t-0")
-    with caplog.at_level(logging.WARNING, logger="segments.log"):
+    with caplog.at_level(logging.WARNING, logger="segments.partition.log"):
         PartitionLog.open(partition, mode="reader").close()
     [record] = [r for r in caplog.records if hasattr(r, "index_rebuild")]
     event = record.index_rebuild

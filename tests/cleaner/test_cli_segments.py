@@ -7,8 +7,8 @@ import json
 from click.testing import CliRunner
 
 from cleaner.cli import main
-from segments.records import Header, Record, encode_batch, encode_control_batch
-from segments.log import PartitionLog
+from segments.codec.records import Header, Record, encode_batch, encode_control_batch
+from segments.partition.log import PartitionLog
 
 from ..kafka_fixtures import KAFKA_FIXTURES
 from ..segments.helpers import copy_fixture, keyed_batch, write_log
@@ -94,6 +94,6 @@ def test_demo_generates_cleans_and_verifies_a_log_dir(tmp_path):
 
 
 def test_keyed_batch_helper_is_valid():
-    from segments.records import decode_batch
+    from segments.codec.records import decode_batch
 
     assert decode_batch(keyed_batch([(b"a", b"b")])).records[0].key == b"a"

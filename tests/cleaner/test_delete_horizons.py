@@ -18,10 +18,19 @@ from cleaner.cli import main
 from cleaner.round import clean_round
 from cleaner.settings import Settings
 from offsetmap import OffsetMap
-from segments.log import LogConfig, PartitionLog
+from segments.partition.log import LogConfig, PartitionLog
 
 from ..kafka_python_logs import (
-    ABORT, COMMIT, Batch, committed_latest, data, file_states, inactive, marker, read_partition, txn,
+    ABORT,
+    COMMIT,
+    Batch,
+    committed_latest,
+    data,
+    file_states,
+    inactive,
+    marker,
+    read_partition,
+    txn,
     write_partition,
 )
 

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from cleaner.cli import main
 from cleaner.duplication import estimate_partition
-from segments import format as fmt
-from segments.log import LogConfig, PartitionLog
-from segments.records import Record, encode_batch, encode_control_batch
+from segments.codec import format as fmt
+from segments.codec.records import Record, encode_batch, encode_control_batch
+from segments.partition.log import LogConfig, PartitionLog
 
 TS0 = 1_700_000_000_000
 

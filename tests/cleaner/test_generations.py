@@ -13,7 +13,7 @@ import random
 import pytest
 
 from cleaner.generations import GENERATIONS_FILE, load_starts, plan_round, save_starts
-from segments.log import LogConfig
+from segments.partition.log import LogConfig
 
 from ..reliability.scenario import committed_records, latest_by_key
 from .builders import DAY_MS, T0, Rec, abort, batch, build_log, clean, commit, partition_dir, txn_batch

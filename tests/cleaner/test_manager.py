@@ -23,11 +23,11 @@ from cleaner.manager import (
 )
 from cleaner.round import RoundResult
 from cleaner.settings import Settings
-from segments import format as fmt
-from segments.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint, update_offset_checkpoint
-from segments.generate import WorkloadSpec, generate_partition
-from segments.log import LogConfig, PartitionLog
-from segments.records import Record, encode_batch
+from segments.codec import format as fmt
+from segments.codec.records import Record, encode_batch
+from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint, update_offset_checkpoint
+from segments.partition.log import LogConfig, PartitionLog
+from segments.tools.generate import WorkloadSpec, generate_partition
 
 T0 = 1_700_000_000_000  # generated record timestamps start here
 HOUR_MS = 3_600_000

@@ -11,10 +11,10 @@ from click.testing import CliRunner
 from cleaner.cli import main
 from cleaner.retention import apply_retention, segments_to_delete
 from cleaner.settings import Settings
-from segments.checkpoint import read_offset_checkpoint, update_offset_checkpoint
-from segments.errors import OffsetOutOfRangeError
-from segments.log import LogConfig, PartitionLog
-from segments.recovery import parse_segment_file_name
+from segments.codec.errors import OffsetOutOfRangeError
+from segments.files.names import parse_segment_file_name
+from segments.partition.checkpoint import read_offset_checkpoint, update_offset_checkpoint
+from segments.partition.log import LogConfig, PartitionLog
 
 from ..segments.helpers import keyed_batch, read_all
 

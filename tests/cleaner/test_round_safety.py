@@ -11,11 +11,11 @@ import pytest
 from cleaner.round import CleaningAbortedError, clean_round
 from cleaner.settings import Settings
 from offsetmap import OffsetMap
-from segments.errors import CorruptRecordError
-from segments.fileio import FileOps
-from segments.log import LogConfig, PartitionLog
-from segments.recovery import parse_segment_file_name
-from segments.verify import verify_paths
+from segments.codec.errors import CorruptRecordError
+from segments.files.fileio import FileOps
+from segments.files.names import parse_segment_file_name
+from segments.partition.log import LogConfig, PartitionLog
+from segments.tools.verify import verify_paths
 
 from ..segments.helpers import Crash, CrashingFileOps, keyed_batch, read_all
 

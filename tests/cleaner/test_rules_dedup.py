@@ -9,12 +9,23 @@ from __future__ import annotations
 
 import pytest
 
-from segments import format as fmt
-from segments.records import Header
+from segments.codec import format as fmt
+from segments.codec.records import Header
 
 from .builders import (
-    BIG_MAP_BYTES, ROLL, T0, Rec, batch, batches, build_log, clean, full_records, partition_dir, random_log,
-    raw_batches, records,
+    BIG_MAP_BYTES,
+    ROLL,
+    T0,
+    Rec,
+    batch,
+    batches,
+    build_log,
+    clean,
+    full_records,
+    partition_dir,
+    random_log,
+    raw_batches,
+    records,
 )
 
 CODECS = [fmt.COMPRESSION_NONE, fmt.COMPRESSION_GZIP, fmt.COMPRESSION_SNAPPY, fmt.COMPRESSION_LZ4, fmt.COMPRESSION_ZSTD]

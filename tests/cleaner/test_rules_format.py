@@ -6,15 +6,28 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 
-from segments import format as fmt
-from segments.legacy import encode_legacy_message, encode_legacy_wrapper
-from segments.log import PartitionLog
-from segments.records import Header, Record
-from segments.verify import verify_paths
+from segments.codec import format as fmt
+from segments.codec.legacy import encode_legacy_message, encode_legacy_wrapper
+from segments.codec.records import Header, Record
+from segments.partition.log import PartitionLog
+from segments.tools.verify import verify_paths
 
 from .builders import (
-    ROLL, T0, TOPIC, Rec, abort, batch, build_log, clean, commit, file_digests, full_records, partition_dir,
-    records, txn_batch, write_raw_segment,
+    ROLL,
+    T0,
+    TOPIC,
+    Rec,
+    abort,
+    batch,
+    build_log,
+    clean,
+    commit,
+    file_digests,
+    full_records,
+    partition_dir,
+    records,
+    txn_batch,
+    write_raw_segment,
 )
 
 RETENTION_MS = 1_000

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import os
 
-
 from cleaner.recopy import group_segments
-from segments import format as fmt
-from segments.log import LogConfig, PartitionLog
-from segments.records import Record, encode_batch
-from segments.verify import verify_paths
+from segments.codec import format as fmt
+from segments.codec.records import Record, encode_batch
+from segments.partition.log import LogConfig, PartitionLog
+from segments.tools.verify import verify_paths
 
 from .builders import (
-    ROLL, T0, batch, batches, build_log, clean, partition_dir, records, segment_bases, write_raw_segment,
+    ROLL,
+    T0,
+    batch,
+    batches,
+    build_log,
+    clean,
+    partition_dir,
+    records,
+    segment_bases,
+    write_raw_segment,
 )
 
 SPAN_MAX = fmt.RELATIVE_OFFSET_MAX  # 2^31 - 1

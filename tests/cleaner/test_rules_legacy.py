@@ -10,13 +10,22 @@ import os
 
 import pytest
 
-from segments import format as fmt
-from segments.legacy import encode_legacy_message, encode_legacy_wrapper
-from segments.records import Record
-from segments.verify import verify_paths
+from segments.codec import format as fmt
+from segments.codec.legacy import encode_legacy_message, encode_legacy_wrapper
+from segments.codec.records import Record
+from segments.tools.verify import verify_paths
 
 from .builders import (
-    DAY_MS, T0, batch, batches, build_log, clean, partition_dir, raw_batches, records, write_raw_segment,
+    DAY_MS,
+    T0,
+    batch,
+    batches,
+    build_log,
+    clean,
+    partition_dir,
+    raw_batches,
+    records,
+    write_raw_segment,
 )
 
 MAGICS = [fmt.MAGIC_V0, fmt.MAGIC_V1]

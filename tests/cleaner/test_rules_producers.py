@@ -8,10 +8,21 @@ from __future__ import annotations
 
 from kafka.record.default_records import DefaultRecordBatch
 
-from segments import format as fmt
+from segments.codec import format as fmt
 
 from .builders import (
-    DAY_MS, T0, Rec, abort, batch, batches, build_log, clean, partition_dir, raw_batches, records, txn_batch,
+    DAY_MS,
+    T0,
+    Rec,
+    abort,
+    batch,
+    batches,
+    build_log,
+    clean,
+    partition_dir,
+    raw_batches,
+    records,
+    txn_batch,
 )
 
 RETENTION_MS = 1_000

@@ -7,14 +7,26 @@ import shutil
 
 import pytest
 
-from segments import format as fmt
-from segments.checkpoint import read_offset_checkpoint, update_offset_checkpoint
-from segments.legacy import encode_legacy_message
-from segments.records import Record, encode_batch
+from segments.codec import format as fmt
+from segments.codec.legacy import encode_legacy_message
+from segments.codec.records import Record, encode_batch
+from segments.partition.checkpoint import read_offset_checkpoint, update_offset_checkpoint
 
 from .builders import (
-    BIG_MAP_BYTES, ROLL, T0, TOPIC, batch, build_log, clean, full_records, partition_dir, raw_batches, records,
-    random_log, set_high_watermark, write_raw_segment,
+    BIG_MAP_BYTES,
+    ROLL,
+    T0,
+    TOPIC,
+    batch,
+    build_log,
+    clean,
+    full_records,
+    partition_dir,
+    random_log,
+    raw_batches,
+    records,
+    set_high_watermark,
+    write_raw_segment,
 )
 
 CHECKPOINT = "cleaner-offset-checkpoint"

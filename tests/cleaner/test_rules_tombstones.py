@@ -6,7 +6,7 @@ has a dirty section to clean (a round with nothing dirty does no recopy).
 
 from __future__ import annotations
 
-from segments import format as fmt
+from segments.codec import format as fmt
 
 from .builders import T0, batch, batches, build_log, clean, partition_dir, raw_batches, records
 

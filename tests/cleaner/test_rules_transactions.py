@@ -10,14 +10,24 @@ Producers here expire quickly (`producer_expiration_ms`), so that "the producer'
 
 from __future__ import annotations
 
-
-from segments import format as fmt
-from segments.log import PartitionLog
-from segments.records import Record, encode_batch
-from segments.txnindex import AbortedTxn, TransactionIndex
+from segments.codec import format as fmt
+from segments.codec.records import Record, encode_batch
+from segments.files.txnindex import AbortedTxn, TransactionIndex
+from segments.partition.log import PartitionLog
 
 from .builders import (
-    ROLL, T0, abort, batch, batches, build_log, clean, commit, partition_dir, raw_batches, records, set_high_watermark,
+    ROLL,
+    T0,
+    abort,
+    batch,
+    batches,
+    build_log,
+    clean,
+    commit,
+    partition_dir,
+    raw_batches,
+    records,
+    set_high_watermark,
     txn_batch,
 )
 

@@ -18,7 +18,7 @@ from cleaner.cli import main
 from cleaner.oneshot import clean_partition
 from cleaner.safety import SafetyCheckError, check_group
 from cleaner.settings import Settings
-from segments.log import LogConfig
+from segments.partition.log import LogConfig
 
 from ..reliability.scenario import committed_records
 from .builders import (

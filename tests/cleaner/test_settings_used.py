@@ -33,9 +33,9 @@ from cleaner.oneshot import clean_partition
 from cleaner.setting_use import CLEAN_REFUSES, DAEMON_ONLY, UNUSED, refusal_for_clean
 from cleaner.settings import BROKER_SETTINGS, TOPIC_SETTINGS, Settings
 from cleaner.throttle import WINDOW_S
-from segments.checkpoint import CLEANER_OFFSET_CHECKPOINT, update_offset_checkpoint
-from segments.generate import WorkloadSpec, generate_partition
-from segments.log import PartitionLog
+from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, update_offset_checkpoint
+from segments.partition.log import PartitionLog
+from segments.tools.generate import WorkloadSpec, generate_partition
 
 from ..integration.daemon_helpers import free_port, write_config
 from ..kraft_builders import topic, topic_config, write_kraft_log_dir

@@ -9,8 +9,8 @@ from cleaner import survivorship
 from cleaner.manager import CleanerManager
 from cleaner.oneshot import clean_partition
 from cleaner.settings import Settings
-from segments.log import LogConfig, PartitionLog
-from segments.records import Record, encode_batch
+from segments.codec.records import Record, encode_batch
+from segments.partition.log import LogConfig, PartitionLog
 
 from .test_manager import result
 

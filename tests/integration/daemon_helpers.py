@@ -24,10 +24,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from segments.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint, update_offset_checkpoint
-from segments.fileio import FileOps
-from segments.log import LogConfig, PartitionLog
-from segments.records import Record, encode_batch
+from segments.codec.records import Record, encode_batch
+from segments.files.fileio import FileOps
+from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint, update_offset_checkpoint
+from segments.partition.log import LogConfig, PartitionLog
 
 T0 = 1_700_000_000_000  # record timestamps of generated logs start here (ms)
 HOUR_MS = 3_600_000
@@ -44,8 +44,8 @@ ADMIN_TOKEN = "test-admin-token-0123456789abcdef"  # what write_token_file write
 WRITER_SCRIPT = textwrap.dedent(
     """
     import json, os, sys, time
-    from segments.log import LogConfig, PartitionLog
-    from segments.records import Record, encode_batch
+    from segments.partition.log import LogConfig, PartitionLog
+    from segments.codec.records import Record, encode_batch
     directory, batches, keys, pause_s, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
     latest = {}
     config = LogConfig(segment_bytes=4096, index_interval_bytes=512)

@@ -42,17 +42,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from segments import format as fmt
-from segments.batches import iter_batches
-from segments.errors import SegmentError
-from segments.log import AppendInfo, LogConfig, PartitionLog
-from segments.records import (
+from segments.codec import format as fmt
+from segments.codec.batches import iter_batches
+from segments.codec.errors import SegmentError
+from segments.codec.records import (
     Record,
     RecordBatch,
     decode_control_key,
     encode_batch,
     encode_control_batch,
 )
+from segments.partition.log import AppendInfo, LogConfig, PartitionLog
 
 # ---- the partitions and their plans ---------------------------------------------------------------------
 

@@ -27,19 +27,19 @@ from click.testing import CliRunner
 from cleaner import metrics as metrics_module
 from cleaner.cli import main as cli_main
 from cleaner.throttle import WINDOW_S
-from segments import format as fmt
-from segments.checkpoint import read_offset_checkpoint
-from segments.errors import OffsetOutOfRangeError
-from segments.generate import WorkloadSpec, generate_partition
-from segments.locks import CLEANER_LOCK, PartitionLock
-from segments.log import _CHECKPOINT_LOCK as CHECKPOINT_LOCK  # the log dir's lock around checkpoint updates
-from segments.log import PartitionLog
-from segments.verify import verify_paths
+from segments.codec import format as fmt
+from segments.codec.errors import OffsetOutOfRangeError
+from segments.partition.checkpoint import read_offset_checkpoint
+from segments.partition.locks import CLEANER_LOCK, PartitionLock
+from segments.partition.log import _CHECKPOINT_LOCK as CHECKPOINT_LOCK  # the log dir's lock around checkpoint updates
+from segments.partition.log import PartitionLog
+from segments.tools.generate import WorkloadSpec, generate_partition
+from segments.tools.verify import verify_paths
 
 from .daemon_helpers import (
+    ADMIN_TOKEN,
     HOUR_MS,
     T0,
-    ADMIN_TOKEN,
     DaemonProcess,
     FileClock,
     RepeatedLog,

@@ -12,10 +12,26 @@ import time
 import pytest
 
 from ..kafka_python_logs import (
-    ABORT, COMMIT, committed_latest, data, file_states, inactive, marker, read_partition, txn, write_partition,
+    ABORT,
+    COMMIT,
+    committed_latest,
+    data,
+    file_states,
+    inactive,
+    marker,
+    read_partition,
+    txn,
+    write_partition,
 )
 from .daemon_helpers import (
-    ADMIN_TOKEN, DaemonProcess, FileClock, cleaner_checkpoint, free_port, wait_until, write_config, write_token_file,
+    ADMIN_TOKEN,
+    DaemonProcess,
+    FileClock,
+    cleaner_checkpoint,
+    free_port,
+    wait_until,
+    write_config,
+    write_token_file,
 )
 
 T0 = 1_700_000_000_000

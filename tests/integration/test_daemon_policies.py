@@ -14,11 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from segments.generate import WorkloadSpec, generate_partition
+from segments.tools.generate import WorkloadSpec, generate_partition
 from tests.kraft_builders import topic, topic_config, write_kraft_log_dir
 
 from .daemon_helpers import (
-    HOUR_MS, T0, DaemonProcess, FileClock, free_port, log_end_offset, records_of, segment_bases, wait_until,
+    HOUR_MS,
+    T0,
+    DaemonProcess,
+    FileClock,
+    free_port,
+    log_end_offset,
+    records_of,
+    segment_bases,
+    wait_until,
 )
 
 SMALL = dict(records=600, keys=50, segment_bytes=8 * 1024, timestamp_step_ms=1000)

@@ -21,10 +21,10 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from kafka.record.memory_records import MemoryRecords
 
 from cleaner.cli import main
-from segments.bulk_write import STAGING_PREFIX
-from segments.locks import WRITER_LOCK, PartitionLock
-from segments.log import LogConfig, PartitionLog
-from segments.partitioner import partition_for_key
+from segments.partition.locks import WRITER_LOCK, PartitionLock
+from segments.partition.log import LogConfig, PartitionLog
+from segments.spark.bulk_write import STAGING_PREFIX
+from segments.spark.partitioner import partition_for_key
 from segments.spark.session import JvmConsole, SparkUnavailableError, describe_spark_error, find_java
 
 CLI = Path(sys.executable).with_name("logcleaner")
@@ -291,7 +291,7 @@ def test_spark_errors_are_described_in_one_line_with_their_condition():
     )
     assert describe_spark_error(worker) == ("row 3 of task input: the key column 'key' is null", None)
     locked = Exception("Traceback (most recent call last):\n  File \"a\", line 1\n"
-                       "segments.errors.LockTimeoutError: logs/t-1: another writer has this partition open")
+                       "segments.codec.errors.LockTimeoutError: logs/t-1: another writer has this partition open")
     assert describe_spark_error(locked)[0] == "LockTimeoutError: logs/t-1: another writer has this partition open"
     footer = _FakePy4JJavaError(
         "[FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER] Encountered error while reading file file:/d/x.parquet. "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from segments.generate import WorkloadSpec, generate_partition
+from segments.tools.generate import WorkloadSpec, generate_partition
 
 from .daemon_helpers import DaemonProcess, free_port, wait_until, write_config
 from .prometheus_helpers import PrometheusUnavailable, ensure_prometheus

@@ -16,9 +16,9 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from cleaner.duplication import estimate_partition
-from segments.log import PartitionLog
+from segments.partition.log import PartitionLog
 from segments.spark.session import SparkUnavailableError, find_java
-from segments.verify import verify_paths
+from segments.tools.verify import verify_paths
 
 from ..kafka_fixtures import copy_kafka_fixture
 

@@ -24,8 +24,8 @@ from cleaner.daemon import Daemon
 from cleaner.oneshot import clean_partition
 from cleaner.settings import Settings
 from cleaner.throttle import WINDOW_S
-from segments.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
-from segments.generate import WorkloadSpec, generate_partition
+from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
+from segments.tools.generate import WorkloadSpec, generate_partition
 
 from .daemon_helpers import free_port, log_end_offset, run_cli, write_config
 

@@ -1,6 +1,6 @@
 """A writer process appends while another process keeps swapping merged segments in: nothing is lost.
 
-Both are real processes sharing one partition directory through the lock protocol of `segments.locks`.
+Both are real processes sharing one partition directory through the lock protocol of `segments.partition.locks`.
 The swapper merges pairs of adjacent inactive segments into one `.cleaned` segment (copying every batch)
 and swaps it in through the full suffix protocol, while the writer appends and rolls tiny segments.
 """
@@ -13,14 +13,14 @@ import textwrap
 
 import pytest
 
-from segments.log import PartitionLog
-from segments.verify import verify_paths
+from segments.partition.log import PartitionLog
+from segments.tools.verify import verify_paths
 
 WRITER = textwrap.dedent(
     """
     import sys
-    from segments.log import LogConfig, PartitionLog
-    from segments.records import Record, encode_batch
+    from segments.partition.log import LogConfig, PartitionLog
+    from segments.codec.records import Record, encode_batch
     d, n = sys.argv[1], int(sys.argv[2])
     config = LogConfig(segment_bytes=2000, index_interval_bytes=300)
     with PartitionLog.open(d, mode="writer", create=True, config=config) as log:
@@ -36,7 +36,7 @@ WRITER = textwrap.dedent(
 SWAPPER = textwrap.dedent(
     """
     import os, sys, time
-    from segments.log import PartitionLog
+    from segments.partition.log import PartitionLog
     d, stop_file = sys.argv[1], sys.argv[2]
     swaps = 0
     while not os.path.exists(d):
@@ -99,7 +99,7 @@ def test_writer_and_concurrent_swapper_lose_nothing(tmp_path):
 def test_writer_closes_segments_a_cleaner_swapped_out(tmp_path):
     import os
 
-    from segments.log import LogConfig
+    from segments.partition.log import LogConfig
 
     from ..segments.helpers import keyed_batch
 

@@ -36,16 +36,16 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPOSITORY))
 
 _NUMBA_MODULES = [
-    "segments._scan_kernels", "segments._arrow_kernels", "segments.partitioner", "cleaner._kernels",
+    "segments.codec._scan_kernels", "segments.spark._arrow_kernels", "segments.spark.partitioner", "cleaner._kernels",
 ]
 with atheris.instrument_imports(include=["segments", "cleaner"], exclude=_NUMBA_MODULES):
     from cleaner.oneshot import clean_partition
     from cleaner.settings import Settings
-    from segments import format as fmt
-    from segments.errors import CorruptIndexError, CorruptRecordError, SegmentError
-    from segments.log import PartitionLog
-    from segments.scan import scan, warm_up
-    from segments.verify import verify_paths
+    from segments.codec import format as fmt
+    from segments.codec.errors import CorruptIndexError, CorruptRecordError, SegmentError
+    from segments.codec.scan import scan, warm_up
+    from segments.partition.log import PartitionLog
+    from segments.tools.verify import verify_paths
 from tests.kafka_fixtures import KAFKA_FIXTURES  # noqa: E402
 from tests.reliability.logfiles import leftovers, snapshot  # noqa: E402
 
@@ -134,8 +134,8 @@ def check_input(data: bytes, root: Path) -> None:
 
 def seed_corpus(directory: Path) -> None:
     """Real Kafka segments, and batches of every codec, a transaction and legacy messages, one file each."""
-    from segments.legacy import encode_legacy_message, encode_legacy_wrapper
-    from segments.records import Record, encode_batch, encode_control_batch
+    from segments.codec.legacy import encode_legacy_message, encode_legacy_wrapper
+    from segments.codec.records import Record, encode_batch, encode_control_batch
 
     directory.mkdir(parents=True, exist_ok=True)
     for name in SEED_FIXTURE_SEGMENTS:

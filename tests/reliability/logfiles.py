@@ -10,7 +10,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from segments.recovery import parse_segment_file_name
+from segments.files.names import parse_segment_file_name
 
 __all__ = ["leftovers", "snapshot"]
 

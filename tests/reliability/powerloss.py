@@ -15,8 +15,8 @@ import itertools
 import os
 from pathlib import Path
 
-from segments import faults
-from segments.fileio import FileOps
+from segments.files import faults
+from segments.files.fileio import FileOps
 
 __all__ = ["PowerLossFileOps", "SimulatedPowerLoss"]
 

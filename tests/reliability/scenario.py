@@ -24,9 +24,9 @@ from click.testing import CliRunner
 
 from cleaner.cli import main as cli_main
 from cleaner.settings import Settings
-from segments import format as fmt
-from segments.log import LogConfig, PartitionLog
-from segments.records import decode_control_key
+from segments.codec import format as fmt
+from segments.codec.records import decode_control_key
+from segments.partition.log import LogConfig, PartitionLog
 
 from ..cleaner.builders import Rec, abort, batch, clean, commit, txn_batch
 

@@ -24,7 +24,7 @@ from cleaner.admin_http import parse_listen
 from cleaner.cli import main as cli_main
 from cleaner.config_file import load_config
 from cleaner.daemon import _server_settings
-from segments.generate import WorkloadSpec, generate_partition
+from segments.tools.generate import WorkloadSpec, generate_partition
 
 from ..integration.daemon_helpers import DaemonProcess, free_port, run_cli, wait_until, write_config, write_token_file
 

@@ -18,9 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from segments.log import PartitionLog
+from segments.partition.log import PartitionLog
 from tests.integration.daemon_helpers import (
-    T0, DaemonProcess, append_keyed, free_port, logcleaner_command, wait_until, write_config,
+    T0,
+    DaemonProcess,
+    append_keyed,
+    free_port,
+    logcleaner_command,
+    wait_until,
+    write_config,
 )
 
 JAVA = shutil.which("java")

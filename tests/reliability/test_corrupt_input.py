@@ -12,7 +12,7 @@ the file cut anywhere, pieces of two files spliced, a batch duplicated, dropped 
 `fuzz_segments.py` does the same with atheris' coverage-guided mutations.
 
 Every reader — the scan with CRC checks, `PartitionLog` opened as a reader and then iterated and read, and
-`segments.verify` — returns or raises a `SegmentError`, never IndexError, ValueError, struct.error, a numba
+`segments.tools.verify` — returns or raises a `SegmentError`, never IndexError, ValueError, struct.error, a numba
 error or MemoryError. A file reader's error names the file and a byte position inside it (the pure scan has no
 file: its position is inside its buffer). A declared size is never an allocation: a batch length of 2 GiB, a
 record count or a varint of 2^31 costs less than 64 MiB at peak (tracemalloc, which sees numpy's memory).
@@ -83,25 +83,24 @@ from hypothesis import strategies as st
 from cleaner.cli import main as cli_main
 from cleaner.oneshot import clean_partition
 from cleaner.settings import Settings
-from segments import format as fmt
-from segments.checkpoint import (
+from segments.codec import format as fmt
+from segments.codec.errors import CorruptIndexError, CorruptRecordError, SegmentError
+from segments.codec.legacy import encode_legacy_message, encode_legacy_wrapper
+from segments.codec.records import Record, batch_crc, encode_batch
+from segments.codec.scan import scan, warm_up
+from segments.codec.varint import encode_varint
+from segments.files.names import parse_segment_file_name
+from segments.partition.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
     update_offset_checkpoint,
 )
-from segments.errors import CorruptIndexError, CorruptRecordError, SegmentError
-from segments.legacy import encode_legacy_message, encode_legacy_wrapper
-from segments.log import PartitionLog
-from segments.records import Record, batch_crc, encode_batch
-from segments.recovery import parse_segment_file_name
-from segments.scan import scan, warm_up
-from segments.varint import encode_varint
-
-from .logfiles import leftovers, snapshot
-from segments.verify import verify_paths
+from segments.partition.log import PartitionLog
+from segments.tools.verify import verify_paths
 
 from ..cleaner.builders import random_log
 from ..kafka_fixtures import copy_kafka_fixture
+from .logfiles import leftovers, snapshot
 
 LOGCLEANER = Path(sys.executable).with_name("logcleaner")
 NOW_MS = 1_800_000_000_000  # the cleaner's clock: every tombstone's delete horizon has passed

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from segments import faults
-
-from segments.checkpoint import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
-from segments.errors import OffsetOutOfRangeError
-from segments.log import LogConfig, PartitionLog
+from segments.codec.errors import OffsetOutOfRangeError
+from segments.files import faults
+from segments.partition.checkpoint import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
+from segments.partition.log import LogConfig, PartitionLog
 
 from ..integration.daemon_helpers import DaemonProcess, FileClock, free_port, wait_until, write_config
 from ..segments.helpers import keyed_batch, read_all

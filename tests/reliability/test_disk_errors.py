@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from segments.generate import WorkloadSpec, generate_partition
+from segments.tools.generate import WorkloadSpec, generate_partition
 from tests.integration.daemon_helpers import DaemonProcess, free_port, leftovers, wait_until, write_config
 
 

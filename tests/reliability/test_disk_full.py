@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cleaner.oneshot import clean_partition
-from segments import faults
+from segments.files import faults
 
 from ..cleaner.builders import file_digests
 from ..integration.daemon_helpers import DaemonProcess, FileClock, free_port, wait_until, write_config

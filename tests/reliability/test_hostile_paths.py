@@ -27,18 +27,18 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from cleaner.cli import main as cli_main
-from segments import format as fmt
-from segments.checkpoint import (
+from segments.codec import format as fmt
+from segments.codec.errors import LinkRefusedError
+from segments.files.pathcheck import partition_dir_name_problem
+from segments.partition.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
     update_offset_checkpoint,
     write_offset_checkpoint,
 )
-from segments.errors import LinkRefusedError
-from segments.generate import WorkloadSpec, generate_partition
-from segments.locks import CLEANER_LOCK, PartitionLock
-from segments.log import PartitionLog, parse_partition_dir_name, update_log_dir_checkpoint
-from segments.pathcheck import partition_dir_name_problem
+from segments.partition.locks import CLEANER_LOCK, PartitionLock
+from segments.partition.log import PartitionLog, parse_partition_dir_name, update_log_dir_checkpoint
+from segments.tools.generate import WorkloadSpec, generate_partition
 
 from ..integration.daemon_helpers import (
     DaemonProcess,
@@ -377,7 +377,7 @@ _DROP_PRIVILEGES = textwrap.dedent("""
     import ctypes.util, difflib, encodings.idna
     import cleaner.allocator, cleaner.cli, cleaner.daemon, cleaner.oneshot
     from cleaner.settings import Settings
-    from segments.generate import WorkloadSpec, generate_partition
+    from segments.tools.generate import WorkloadSpec, generate_partition
     with tempfile.TemporaryDirectory() as tmp:  # compile the kernels a round uses while the cache is readable
         generate_partition(Path(tmp) / "warm-0", WorkloadSpec(records=200, keys=20, segment_bytes=4096))
         settings = Settings.from_mappings({"cleanup.policy": "compact"})

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cleaner.oneshot import clean_partition
-from segments import faults
+from segments.files import faults
 
 from .powerloss import PowerLossFileOps, SimulatedPowerLoss
 from .scenario import (

@@ -18,12 +18,12 @@ import pytest
 from click.testing import CliRunner
 
 from cleaner.cli import main as cli_main
-from segments import format as fmt
-from segments.checkpoint import CLEANER_OFFSET_CHECKPOINT
-from segments.errors import NotRegularFileError
-from segments.generate import WorkloadSpec, generate_partition
-from segments.log import PartitionLog
-from segments.pathcheck import NOT_REGULAR, check_partition_dir
+from segments.codec import format as fmt
+from segments.codec.errors import NOT_REGULAR, NotRegularFileError
+from segments.files.pathcheck import check_partition_dir
+from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT
+from segments.partition.log import PartitionLog
+from segments.tools.generate import WorkloadSpec, generate_partition
 
 from ..integration.daemon_helpers import (
     DaemonProcess,

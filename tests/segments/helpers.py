@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from segments import format as fmt
-from segments.fileio import FileOps
-from segments.log import LogConfig, PartitionLog
-from segments.records import Record, batch_crc, encode_batch
+from segments.codec import format as fmt
+from segments.codec.records import Record, batch_crc, encode_batch
+from segments.files.fileio import FileOps
+from segments.partition.log import LogConfig, PartitionLog
 
 from ..kafka_fixtures import copy_kafka_fixture
 

@@ -10,18 +10,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from segments import format as fmt
-from segments.arrow_records import (
+from segments.codec import format as fmt
+from segments.codec.batches import iter_batches
+from segments.codec.records import Header, Record, encode_batch, encode_control_batch
+from segments.partition.checkpoint import LOG_START_OFFSET_CHECKPOINT
+from segments.partition.log import LogConfig, PartitionLog, update_log_dir_checkpoint
+from segments.spark.arrow_records import (
     HEADER_TYPE,
     RECORD_COLUMNS,
     binary_column,
     encode_table,
     read_arrow_batches,
 )
-from segments.batches import iter_batches
-from segments.checkpoint import LOG_START_OFFSET_CHECKPOINT
-from segments.log import LogConfig, PartitionLog, update_log_dir_checkpoint
-from segments.records import Header, Record, encode_batch, encode_control_batch
 
 from .helpers import copy_fixture
 

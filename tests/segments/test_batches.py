@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from segments import format as fmt
-from segments.batches import (
+from segments.codec import format as fmt
+from segments.codec.batches import (
     TAIL_RAISE,
     TAIL_STOP,
     decode_any_batch,
@@ -25,9 +25,14 @@ from segments.batches import (
     iter_batches,
     read_next_offset,
 )
-from segments.errors import CorruptRecordError, TruncatedBatchError, UnsupportedFormatError
-from segments.legacy import decode_legacy_entry, decode_legacy_header, encode_legacy_message, encode_legacy_wrapper
-from segments.records import (
+from segments.codec.errors import CorruptRecordError, TruncatedBatchError, UnsupportedFormatError
+from segments.codec.legacy import (
+    decode_legacy_entry,
+    decode_legacy_header,
+    encode_legacy_message,
+    encode_legacy_wrapper,
+)
+from segments.codec.records import (
     Header,
     Record,
     batch_crc,

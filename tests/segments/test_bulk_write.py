@@ -9,23 +9,23 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from segments.arrow_records import encode_table
-from segments.bulk_write import (
+from segments.codec.errors import LockTimeoutError, LogStateError
+from segments.partition.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    read_offset_checkpoint,
+)
+from segments.partition.locks import WRITER_LOCK, PartitionLock
+from segments.partition.log import LogConfig, PartitionLog, update_log_dir_checkpoint
+from segments.spark.arrow_records import encode_table
+from segments.spark.bulk_write import (
     STAGING_PREFIX,
     PieceWriter,
     commit_job,
     new_job_id,
     staging_dir,
 )
-from segments.checkpoint import (
-    CLEANER_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
-    read_offset_checkpoint,
-)
-from segments.errors import LockTimeoutError, LogStateError
-from segments.locks import WRITER_LOCK, PartitionLock
-from segments.log import LogConfig, PartitionLog, update_log_dir_checkpoint
-from segments.verify import verify_paths
+from segments.tools.verify import verify_paths
 
 from .helpers import read_all
 
@@ -122,7 +122,7 @@ def test_overwrite_replaces_the_topic_and_resets_its_checkpoints(tmp_path):
 
 
 def test_append_waits_for_and_respects_the_writer_lock(tmp_path, monkeypatch):
-    import segments.bulk_write as bulk
+    import segments.spark.bulk_write as bulk
 
     job = new_job_id()
     commit_job(tmp_path, job, "t", 1, _stage(tmp_path, job, 0, [(b"0", b"x")], 1))

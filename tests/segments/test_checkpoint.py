@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from segments import checkpoint as cp
-from segments.errors import CheckpointError
-from segments.fileio import FileOps
+from segments.codec.errors import CheckpointError
+from segments.files.fileio import FileOps
+from segments.partition import checkpoint as cp
 
 from ..kafka_fixtures import KAFKA_FIXTURES
 

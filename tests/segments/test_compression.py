@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import codec as kafka_codec
 
-from segments import format as fmt
-from segments.compression import compress, decompress
-from segments.errors import CorruptRecordError, SegmentError, TruncatedBatchError, UnsupportedFormatError
-from segments.legacy import _with_kafka_broken_lz4_header_checksum, _xxh32_short
+from segments.codec import format as fmt
+from segments.codec.compression import compress, decompress
+from segments.codec.errors import CorruptRecordError, SegmentError, TruncatedBatchError, UnsupportedFormatError
+from segments.codec.legacy import _with_kafka_broken_lz4_header_checksum, _xxh32_short
 
 CODECS = [fmt.COMPRESSION_GZIP, fmt.COMPRESSION_SNAPPY, fmt.COMPRESSION_LZ4, fmt.COMPRESSION_ZSTD]
 CODEC_IDS = [fmt.COMPRESSION_NAMES[c] for c in CODECS]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from segments.log import PartitionLog
-from segments.verify import verify_paths
+from segments.partition.log import PartitionLog
+from segments.tools.verify import verify_paths
 
 from .helpers import copy_fixture
 
@@ -62,7 +62,7 @@ def test_reader_never_writes_to_a_fixture(tmp_path):
 def test_reader_opens_a_directory_it_cannot_write(tmp_path, monkeypatch):
     import os
 
-    import segments.locks
+    import segments.partition.locks
 
     d = copy_fixture("public/first-0", tmp_path)
     real_open = os.open
@@ -72,7 +72,7 @@ def test_reader_opens_a_directory_it_cannot_write(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, flags, *args)
 
-    monkeypatch.setattr(segments.locks.os, "open", refusing_open)
+    monkeypatch.setattr(segments.partition.locks.os, "open", refusing_open)
     with PartitionLog.open(d, mode="reader") as log:
         assert sum(1 for _ in log.iter_records()) == 9
     with pytest.raises(PermissionError):

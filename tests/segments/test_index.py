@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from segments import format as fmt
-from segments.errors import CorruptIndexError, IndexAppendError, IndexOffsetOverflowError, LogStateError
-from segments.fileio import FileOps
-from segments.index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries
-from segments.records import decode_batch_header
+from segments.codec import format as fmt
+from segments.codec.errors import CorruptIndexError, IndexAppendError, IndexOffsetOverflowError, LogStateError
+from segments.codec.records import decode_batch_header
+from segments.files.fileio import FileOps
+from segments.files.index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries
 
 from ..kafka_fixtures import KAFKA_FIXTURES, copy_kafka_fixture
 

@@ -13,10 +13,10 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
-from segments import format as fmt
-from segments.batches import iter_batches
-from segments.legacy import decode_legacy_entry, encode_legacy_message, encode_legacy_wrapper
-from segments.records import Header, Record, decode_batch, encode_batch, encode_control_batch
+from segments.codec import format as fmt
+from segments.codec.batches import iter_batches
+from segments.codec.legacy import decode_legacy_entry, encode_legacy_message, encode_legacy_wrapper
+from segments.codec.records import Header, Record, decode_batch, encode_batch, encode_control_batch
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 BATCH_BYTES_MAX = 16 * 1024 * 1024  # far above anything generated: builders never refuse an append

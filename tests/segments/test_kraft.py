@@ -11,10 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from segments import format as fmt
-from segments.errors import CorruptRecordError, LogStateError
-from segments.kraft import find_metadata_log, read_cluster_metadata
-from segments.metadata_records import (
+from segments.codec import format as fmt
+from segments.codec.errors import CorruptRecordError, LogStateError
+from segments.codec.metadata_records import (
     ConfigRecord,
     OtherMetadataRecord,
     RemoveTopicRecord,
@@ -26,6 +25,7 @@ from segments.metadata_records import (
     encode_topic_record,
     encode_transaction_marker,
 )
+from segments.tools.kraft import find_metadata_log, read_cluster_metadata
 from tests.kafka_fixtures import KAFKA_FIXTURES
 from tests.kraft_builders import (
     broker_config,
@@ -124,7 +124,7 @@ def test_topics_configs_removals_and_cluster_defaults_replay_in_offset_order(tmp
 
 def test_a_recreated_topic_is_live_with_none_of_the_old_configs(tmp_path):
     directory = tmp_path / "__cluster_metadata-0"
-    from segments.metadata_records import encode_topic_record as enc
+    from segments.codec.metadata_records import encode_topic_record as enc
     write_segment(directory, 0, [[topic("t"), topic_config("t", "cleanup.policy", "compact"), remove_topic("t"),
                                   enc("t", bytes(16))]])
     metadata = read_cluster_metadata(directory)

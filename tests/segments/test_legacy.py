@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from segments import format as fmt
-from segments.compression import compress
-from segments.errors import CorruptRecordError, TruncatedBatchError, UnsupportedFormatError
-from segments.legacy import (
+from segments.codec import format as fmt
+from segments.codec.compression import compress
+from segments.codec.errors import CorruptRecordError, TruncatedBatchError, UnsupportedFormatError
+from segments.codec.legacy import (
     decode_legacy_entry,
     decode_legacy_header,
     decode_legacy_header_fields,
@@ -23,7 +23,7 @@ from segments.legacy import (
     encode_legacy_wrapper,
     legacy_crc,
 )
-from segments.records import Record
+from segments.codec.records import Record
 
 V6_V1 = bytes.fromhex("000000000000000000000019478628c201000000015e1867abaeffffffff00000003313233")
 V6_V0 = bytes.fromhex("000000000000000000000011feb01dbf0000ffffffff00000003313233")

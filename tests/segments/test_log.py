@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from segments import format as fmt
-from segments.errors import CorruptRecordError, LockTimeoutError, LogStateError, OffsetOutOfRangeError
-from segments.log import LogConfig, PartitionLog, parse_partition_dir_name
-from segments.records import decode_batch
-from segments.verify import verify_paths
+from segments.codec import format as fmt
+from segments.codec.errors import CorruptRecordError, LockTimeoutError, LogStateError, OffsetOutOfRangeError
+from segments.codec.records import decode_batch
+from segments.partition.log import LogConfig, PartitionLog, parse_partition_dir_name
+from segments.tools.verify import verify_paths
 
 from .helpers import keyed_batch, read_all, write_log
 
@@ -90,7 +90,7 @@ def test_segment_rolls_before_relative_offset_overflows(tmp_path):
 
 
 def test_read_of_compacted_away_offset_returns_batch_holding_next_surviving_offset(tmp_path):
-    from segments.records import Record, encode_batch
+    from segments.codec.records import Record, encode_batch
 
     # A batch covering offsets 0..9 with only 3 and 9 present, as compaction leaves it.
     batch = encode_batch(
@@ -235,7 +235,7 @@ def test_append_rejects_a_batch_with_a_bad_crc_and_writes_nothing(tmp_path):
 
 
 def test_close_records_recovery_point_in_log_dir(tmp_path):
-    from segments.checkpoint import read_offset_checkpoint
+    from segments.partition.checkpoint import read_offset_checkpoint
 
     n = write_log(tmp_path / "t-0", 10)
     points = read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint")

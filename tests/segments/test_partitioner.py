@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from segments.partitioner import murmur2, partition_for_key, partitions_for_spans
+from segments.spark.partitioner import murmur2, partition_for_key, partitions_for_spans
 
 # org.apache.kafka.common.utils.UtilsTest#testMurmur2
 JAVA_GOLDEN = {

@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from segments.log import PartitionLog
-from segments.readahead import WindowRing, read_ahead
+from segments.files.readahead import WindowRing, read_ahead
+from segments.partition.log import PartitionLog
 
 from .helpers import write_log
 

@@ -12,9 +12,9 @@ import dataclasses
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from segments import format as fmt
-from segments.errors import CorruptRecordError
-from segments.records import (
+from segments.codec import format as fmt
+from segments.codec.errors import CorruptRecordError
+from segments.codec.records import (
     Header,
     Record,
     decode_batch,

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from segments import format as fmt
-from segments.compression import compress
-from segments.errors import CorruptRecordError, TruncatedBatchError, UnsupportedFormatError
-from segments.legacy import decode_legacy_entry, decode_legacy_header
-from segments.records import (
+from segments.codec import format as fmt
+from segments.codec.compression import compress
+from segments.codec.errors import CorruptRecordError, TruncatedBatchError, UnsupportedFormatError
+from segments.codec.legacy import decode_legacy_entry, decode_legacy_header
+from segments.codec.records import (
     Header,
     Record,
     batch_crc,
@@ -31,7 +31,7 @@ from segments.records import (
     encode_batch_from_region,
     encode_control_batch,
 )
-from segments.varint import decode_varint, decode_varlong, encode_varint, varint_size
+from segments.codec.varint import decode_varint, decode_varlong, encode_varint, varint_size
 
 from ..kafka_fixtures import KAFKA_FIXTURES
 

@@ -1,4 +1,4 @@
-"""The bulk scan against the object path (`segments.records`), the spec's test vectors, hand-built legacy
+"""The bulk scan against the object path (`segments.codec.records`), the spec's test vectors, hand-built legacy
 messages, kafka-python's legacy builder, the real-broker fixtures, and byte-mutation corruption cases."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import crc32c
 import numpy as np
 import pytest
 
-from segments import format as fmt
-from segments.compression import compress
-from segments.errors import CorruptRecordError, UnsupportedFormatError
-from segments.records import (
+from segments.codec import format as fmt
+from segments.codec.compression import compress
+from segments.codec.errors import CorruptRecordError, UnsupportedFormatError
+from segments.codec.records import (
     Header,
     Record,
     decode_batch,
@@ -25,7 +25,7 @@ from segments.records import (
     encode_control_batch,
     encode_record,
 )
-from segments.scan import ScanBuffers, scan, warm_up
+from segments.codec.scan import ScanBuffers, scan, warm_up
 
 from ..kafka_fixtures import KAFKA_FIXTURES
 

@@ -11,10 +11,11 @@ import os
 
 import pytest
 
-from segments import format as fmt
-from segments.log import PartitionLog
-from segments.recovery import parse_segment_file_name, recover_leftovers
-from segments.verify import verify_paths
+from segments.codec import format as fmt
+from segments.files.names import parse_segment_file_name
+from segments.partition.log import PartitionLog
+from segments.partition.recovery import recover_leftovers
+from segments.tools.verify import verify_paths
 
 from .helpers import Crash, CrashingFileOps, read_all, write_log
 
@@ -207,7 +208,7 @@ def test_recovery_of_each_leftover_combination(tmp_path, state):
 def test_a_swap_file_no_swap_could_have_written_stops_recovery_before_anything_changes(tmp_path, content):
     """A stray `.swap` (someone's copy, garbage, a torn file) is refused: rolling it forward would replace a
     good segment with it. Every open that recovers fails naming it; every file stays as it was."""
-    from segments.errors import CorruptRecordError
+    from segments.codec.errors import CorruptRecordError
 
     d = tmp_path / "t-0"
     write_log(d, 30)

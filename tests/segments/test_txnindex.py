@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from segments import format as fmt
-from segments.errors import CorruptIndexError, IndexAppendError, LogStateError
-from segments.fileio import FileOps
-from segments.txnindex import AbortedTxn, TransactionIndex, TxnIndexSearchResult
+from segments.codec import format as fmt
+from segments.codec.errors import CorruptIndexError, IndexAppendError, LogStateError
+from segments.files.fileio import FileOps
+from segments.files.txnindex import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 
 BASE = 1000
 

@@ -5,7 +5,7 @@ indexes of a segment, and Kafka's canonical rule for building them from a segmen
 (`build_offset_index_entries`, `build_time_index_entries`). It must not read `.log` files (callers pass
 batch positions, offsets and timestamps) and does not decide when an index is rebuilt: the log calls
 `sanity_check()` on every index it opens and rebuilds the index on `CorruptIndexError`, as Kafka's
-`LogSegment.sanityCheck` / `LogLoader` do. The byte layouts come from `segments.format`.
+`LogSegment.sanityCheck` / `LogLoader` do. The byte layouts come from `segments.codec.format`.
 
 Design decisions (the lead's), and where they differ from Kafka:
 
@@ -57,8 +57,8 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from . import format as fmt
-from .errors import CorruptIndexError, IndexAppendError, IndexOffsetOverflowError, LogStateError
+from ..codec import format as fmt
+from ..codec.errors import CorruptIndexError, IndexAppendError, IndexOffsetOverflowError, LogStateError
 from .fileio import DEFAULT_FILE_OPS, FileOps
 
 __all__ = [

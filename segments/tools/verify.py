@@ -6,10 +6,10 @@ control records), offsets strictly increasing within and across segments and ins
 consistent with the log (sanity and every entry pointing at a batch start whose predecessor ends before
 the entry's offset; the time index ending with the segment's max timestamp), transaction indexes,
 readable checkpoints, and no leftover temporary files (`.cleaned`, `.swap`, `.deleted`, `.tmp`).
-Paths are classified as `segments.pathcheck.find_partition_dirs` does: a symbolic link inside a log dir
+Paths are classified as `segments.files.pathcheck.find_partition_dirs` does: a symbolic link inside a log dir
 (a partition directory, a segment, index or checkpoint file) is a problem and is never followed, and so
 is a directory of segment files whose name is not `<topic>-<partition>` (the cleaner would ignore it).
-A FIFO, socket, device or directory under a name the cleaner opens (`segments.pathcheck`, "Regular files
+A FIFO, socket, device or directory under a name the cleaner opens (`segments.files.pathcheck`, "Regular files
 only") is a problem and is never opened (opening a FIFO blocks).
 
 It never writes, creates or renames anything. Each problem is one `Problem` naming the file and the
@@ -18,7 +18,7 @@ or directory that cannot be read (permission denied) is a problem naming it and 
 is still checked.
 
 `scan_log_file` is the one reader of a whole `.log` file for the tools: `verify` and `dump` both walk a file
-with it, so they give one diagnosis of the same bytes (the scan's: `segments.scan`, Kafka's order of checks).
+with it, so they give one diagnosis of the same bytes (the scan's: `segments.codec.scan`, Kafka's order of checks).
 """
 
 from __future__ import annotations
@@ -32,20 +32,32 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import format as fmt
-from .checkpoint import read_offset_checkpoint
-from .errors import (
-    CheckpointError, CorruptIndexError, CorruptRecordError, LinkRefusedError, NotRegularFileError, TruncatedBatchError,
+from ..codec import format as fmt
+from ..codec.errors import (
+    LINK_REFUSED,
+    NOT_REGULAR,
+    CheckpointError,
+    CorruptIndexError,
+    CorruptRecordError,
+    LinkRefusedError,
+    NotRegularFileError,
+    TruncatedBatchError,
+    display_path,
 )
-from .pathcheck import (
-    LINK_REFUSED, NOT_REGULAR, describe_file_kind, display_path, find_partition_dirs, is_partition_file_name,
+from ..codec.records import decode_control_key
+from ..files.index import OffsetIndex, TimeIndex
+from ..files.names import parse_segment_file_name
+from ..files.pathcheck import (
+    describe_file_kind,
+    find_partition_dirs,
+    is_partition_file_name,
     os_error_reason,
 )
-from .records import decode_control_key
-from .recovery import parse_segment_file_name
+from ..files.txnindex import TransactionIndex
+from ..partition.checkpoint import read_offset_checkpoint
 
 if TYPE_CHECKING:
-    from .scan import ScanResult
+    from ..codec.scan import ScanResult
 
 __all__ = ["Problem", "VerifySummary", "scan_log_file", "verify_paths"]
 
@@ -241,12 +253,13 @@ def scan_log_file(fd: int, path: str | os.PathLike) -> Iterator["ScanResult"]:
     """The scan of every whole batch of the open `.log` file `fd` (named `path` in errors), window by window.
 
     Requires a regular file open for reading. Each result is valid until the next one is asked for. Checks
-    every batch as `segments.scan` does (framing, CRC, records) and the keys of control records. Raises, with
+    every batch as `segments.codec.scan` does (framing, CRC, records) and the keys of control records. Raises, with
     `path` and the file position: `CorruptRecordError` at the first invalid batch; `TruncatedBatchError` when
     the file ends inside a batch (a torn tail: whether that is expected is the caller's call — after a crash,
     in the active segment, it is; `reason` says "a torn tail"). `OSError` if the file cannot be read.
     """
-    from .scan import scan as scan_buffer
+    # numba (the scan's kernels) is imported only when a scan runs: start-up of the CLI stays fast
+    from ..codec.scan import scan as scan_buffer
 
     size = os.fstat(fd).st_size
     pos = 0
@@ -359,8 +372,6 @@ def _check_batch_offsets(path: Path, base: int, scan: _SegmentScan, previous_nex
 
 
 def _check_indexes(directory: Path, base: int, scan: _SegmentScan | None, summary: VerifySummary, *, only: str | None, is_active: bool) -> None:
-    from .index import OffsetIndex, TimeIndex
-
     index_path = directory / fmt.offset_file_name(base, fmt.INDEX_SUFFIX)
     time_path = directory / fmt.offset_file_name(base, fmt.TIME_INDEX_SUFFIX)
     log_size = scan.valid_bytes if scan is not None else None
@@ -476,8 +487,6 @@ def _check_time_entries(path: Path, index, scan: _SegmentScan, summary: VerifySu
 
 
 def _check_txn_index(path: Path, base: int, summary: VerifySummary) -> None:
-    from .txnindex import TransactionIndex
-
     if path.is_symlink():
         return  # reported with the partition's listing, never opened
     try:

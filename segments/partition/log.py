@@ -7,16 +7,16 @@ limit), reading with Kafka's semantics, lookup by timestamp, and replacing a run
 ones through the `.cleaned → .swap → .deleted` protocol.
 
 It does not decide what to clean (that is `cleaner/`). Cross-process coordination follows the protocol
-in `segments.locks`:
+in `segments.partition.locks`:
 
 * mode "writer" holds `.writer.lock` for its life; it alone appends and rolls (under `.swap.lock`).
 * mode "cleaner" holds `.cleaner.lock` for its life; it never writes the active segment and swaps
   segments below it (under `.swap.lock`).
 * mode "reader" holds no lock except a shared `.swap.lock` while listing segments (only if that file
-  exists: a reader creates no file, see `segments.locks`), and writes nothing: a missing or bad index is
+  exists: a reader creates no file, see `segments.partition.locks`), and writes nothing: a missing or bad index is
   rebuilt in memory only.
 
-Crash behaviour of `replace_segments` (each step fsyncs before the next; see `segments.recovery`):
+Crash behaviour of `replace_segments` (each step fsyncs before the next; see `segments.partition.recovery`):
 a crash while `.cleaned` files exist rolls back to the old segments; a crash after every new file
 became `.swap` rolls forward to the new ones; a reopen finishes either way, never neither, never both.
 Old files are deleted right after the swap: a reader that already opened them keeps its descriptor.
@@ -41,9 +41,20 @@ from typing import Literal
 
 import numpy as np
 
-from . import faults
-from . import format as fmt
-from . import pathcheck
+from ..codec import format as fmt
+from ..codec.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    LockTimeoutError,
+    LogStateError,
+    OffsetOutOfRangeError,
+    SegmentError,
+)
+from ..codec.records import Record, RecordBatch, encode_batch
+from ..files import faults, pathcheck
+from ..files.fileio import DEFAULT_FILE_OPS, FileOps
+from ..files.names import parse_segment_file_name
+from ..files.segment import FetchData, LogSegment, segment_paths
 from .checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     GENERATIONS_FILE,
@@ -55,14 +66,8 @@ from .checkpoint import (
     read_offset_checkpoint,
     update_offset_checkpoint,
 )
-from .errors import (
-    CorruptIndexError, CorruptRecordError, LockTimeoutError, LogStateError, OffsetOutOfRangeError, SegmentError,
-)
-from .fileio import DEFAULT_FILE_OPS, FileOps
 from .locks import CLEANER_LOCK, SWAP_LOCK, WRITER_LOCK, LogDirLock, PartitionLock
-from .records import Record, RecordBatch, encode_batch
-from .recovery import LeftoverPlan, parse_segment_file_name, plan_leftover_recovery, recover_leftovers
-from .segment import FetchData, LogSegment
+from .recovery import LeftoverPlan, plan_leftover_recovery, recover_leftovers
 
 __all__ = [
     "LogConfig", "PartitionLog", "parse_partition_dir_name", "update_log_dir_checkpoint", "AppendInfo", "IndexRebuild",
@@ -122,7 +127,7 @@ class AppendInfo:
 class IndexRebuild:
     """An index that failed its sanity check at open and was rebuilt from its log.
 
-    Attached to the warning logged about it (`extra={"index_rebuild": ...}`, logger `segments.log`), so
+    Attached to the warning logged about it (`extra={"index_rebuild": ...}`, logger `segments.partition.log`), so
     that a command line can say it in words (`cleaner.cli`) while a daemon's log keeps the key=value line.
     """
 
@@ -164,7 +169,7 @@ def _zero_tail(path: Path, position: int) -> bool:
 def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
     """(topic, partition) of a `<topic>-<partition>` directory name, split at the last '-'; else None.
 
-    Kafka's grammar (`segments.pathcheck`): a topic of 1..249 `[a-zA-Z0-9._-]`, a canonical non-negative
+    Kafka's grammar (`segments.files.pathcheck`): a topic of 1..249 `[a-zA-Z0-9._-]`, a canonical non-negative
     int32 partition. Suffixed forms (`-delete`, `-future`, `-stray`) and every other name give None.
     """
     return pathcheck.parse_partition_dir_name(name)
@@ -272,7 +277,7 @@ class PartitionLog:
 
     def _open(self) -> None:
         if self.mode != "reader":
-            # No file of a log dir a running Kafka broker owns is changed (segments.locks: the log dir's .lock)
+            # No file of a log dir a running Kafka broker owns is changed (segments.partition.locks: the log dir's .lock)
             self._log_dir_lock = LogDirLock(self.directory.parent).acquire()
         if self.mode == "writer":
             self._owner_lock = PartitionLock(self.directory, WRITER_LOCK)
@@ -311,7 +316,7 @@ class PartitionLog:
 
         Without the lock a reader may list a directory mid-swap. A reader never creates the lock file:
         where it is missing, no writer or cleaner of ours has opened the partition, so none can be
-        swapping or rolling (`segments.locks` gives the argument); where nobody can write (a read-only
+        swapping or rolling (`segments.partition.locks` gives the argument); where nobody can write (a read-only
         directory or file), nobody swaps either.
         """
         lock = PartitionLock(self.directory, SWAP_LOCK, shared=True, create=self.mode != "reader")
@@ -563,7 +568,8 @@ class PartitionLog:
         lastOffsetDelta is kept. Only the writer may append. Raises `CorruptRecordError` for an invalid
         batch (nothing is written), `ValueError` for a batch over `max.message.bytes`.
         """
-        from .scan import scan as scan_buffer
+        # numba (the scan's kernels) is imported only when a scan runs: start-up of the CLI stays fast
+        from ..codec.scan import scan as scan_buffer
 
         with self._mutex:
             self._check_open()
@@ -772,8 +778,6 @@ class PartitionLog:
         return self._new_segment_object(base_offset, writable=True, create=True, suffix=fmt.CLEANED_SUFFIX)
 
     def _new_segment_paths(self, base: int, suffix: str) -> tuple[Path, ...]:
-        from .segment import segment_paths
-
         return segment_paths(self.directory, base, suffix).all()
 
     def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]) -> None:
@@ -800,7 +804,7 @@ class PartitionLog:
                 for new in new_segments:
                     assert new.suffix == fmt.CLEANED_SUFFIX, new
                     # The new files take the mode (and, as root, the owner) of the segment they replace, so
-                    # the log's writer keeps the access it had (segments.pathcheck, "Owners").
+                    # the log's writer keeps the access it had (segments.files.pathcheck, "Owners").
                     reference = current.get(new.base_offset) or old_segments[0]
                     pathcheck.copy_ownership(new.paths.all(), os.fstat(reference.fileno()),
                                              fsync_fd=self.file_ops.fsync_fd)

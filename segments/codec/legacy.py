@@ -9,8 +9,8 @@ The product only *reads* legacy data: an uncompressed legacy message is kept or 
 wrapper is copied verbatim (section 2, minimum support). The encoders exist so that tests and fixtures
 can produce legacy data; they are not used to rewrite wrappers.
 
-Headers and batches use the shared `BatchHeader`/`RecordBatch`/`Record` types of `segments.records`,
-so a log of mixed magics can be walked uniformly (`segments.batches`). Fields v0/v1 lack hold the NO_*
+Headers and batches use the shared `BatchHeader`/`RecordBatch`/`Record` types of `segments.codec.records`,
+so a log of mixed magics can be walked uniformly (`segments.codec.batches`). Fields v0/v1 lack hold the NO_*
 values. Errors carry byte positions relative to the buffer given; the file layer adds the path:
 `TruncatedBatchError` when the entry runs past the buffer (a torn tail at the end of a file),
 `UnsupportedFormatError` for a magic other than 0/1 or a codec outside 0..3, and `CorruptRecordError`

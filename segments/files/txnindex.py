@@ -7,7 +7,7 @@ have begun in an earlier one), ordered by strictly increasing `last_offset` (the
 does not read `.log` files or decide which transactions were aborted (the producer-state code and the
 cleaner do), and does not decide when to rebuild (recovery resets the index and re-appends).
 
-It shares the mechanics of `segments.index` (entries in memory as numpy columns, read lazily, deferred
+It shares the mechanics of `segments.files.index` (entries in memory as numpy columns, read lazily, deferred
 writes, `flush`/`fsync` through the `FileOps` passed in, `read_only`, `rename_to` for the swap
 protocol, `IndexAppendError` for entries that break the order, `CorruptIndexError` with the byte
 position from `sanity_check`), with two differences, both Kafka's:
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import format as fmt
-from .errors import IndexAppendError
+from ..codec import format as fmt
+from ..codec.errors import IndexAppendError
 from .fileio import DEFAULT_FILE_OPS, FileOps
 from .index import _EntryFile, _first_true, _steps, _write_new_file
 

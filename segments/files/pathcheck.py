@@ -22,7 +22,7 @@ never reads or writes a file's content.
   listing's `lstat`, before anything is opened: opening a FIFO blocks until someone opens its other end, so
   it must never be opened at all. Entries with other names are never opened and are left alone. A single
   file named on a command line is checked the same way (`check_regular_file`); a log-dir checkpoint is
-  opened non-blocking and checked with `fstat` before it is read (`segments.checkpoint`).
+  opened non-blocking and checked with `fstat` before it is read (`segments.partition.checkpoint`).
 
 * Owners. Files that cleaning writes in place of a segment's files take that segment's mode and, when
   the cleaner runs as root, its owner and group (`copy_ownership`), so the log's writer (a broker, a
@@ -48,12 +48,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import LinkRefusedError, LogStateError, NotRegularFileError
-from .recovery import parse_segment_file_name
+from ..codec.errors import LINK_REFUSED, LinkRefusedError, LogStateError, NotRegularFileError, display_path
+from .names import parse_segment_file_name
 
 __all__ = [
-    "LINK_REFUSED",
-    "NOT_REGULAR",
     "PARTITION_MAX",
     "RefusedPath",
     "TOPIC_NAME_CHARS_MAX",
@@ -64,7 +62,6 @@ __all__ = [
     "copy_ownership",
     "describe_os_error",
     "describe_file_kind",
-    "display_path",
     "find_partition_dirs",
     "is_partition_file_name",
     "is_known_non_partition_dir",
@@ -74,10 +71,8 @@ __all__ = [
     "partition_dir_name_problem",
 ]
 
-LINK_REFUSED = "is a symbolic link; logcleaner does not follow links inside a log dir"
-NOT_REGULAR = "not a regular file; logcleaner reads and writes only regular files inside a log dir"
-# Files of a partition directory that are not segment-named but that logcleaner opens (`segments.checkpoint`,
-# `segments.locks`, `cleaner.generations`); spelled here because those modules import this one.
+# Files of a partition directory that are not segment-named but that logcleaner opens (`segments.partition.checkpoint`,
+# `segments.partition.locks`, `cleaner.generations`); spelled here because those modules import this one.
 _PARTITION_FILE_NAMES = frozenset({
     "leader-epoch-checkpoint", "partition.metadata", ".logcleaner-generations",
     ".writer.lock", ".cleaner.lock", ".swap.lock",
@@ -122,13 +117,6 @@ def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
 def is_known_non_partition_dir(name: str) -> bool:
     """Kafka's `-delete`/`-future`/`-stray` directories and `lost+found`: not partitions, not worth a warning."""
     return name in _NON_PARTITION_NAMES or _KAFKA_NON_PARTITION.fullmatch(name) is not None
-
-
-def display_path(path: str | bytes | os.PathLike) -> str:
-    """`path` on one printable line: undecodable bytes as `\\xNN`, control and invisible characters escaped."""
-    raw = os.fsencode(path)
-    text = raw.decode("utf-8", "backslashreplace")
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def check_not_link(path: str | os.PathLike) -> os.stat_result:

@@ -58,8 +58,8 @@ import struct
 import time
 from pathlib import Path
 
-from .errors import LockTimeoutError, LogDirOwnedError, LogStateError
-from .pathcheck import check_regular_fd, open_no_follow
+from ..codec.errors import LockTimeoutError, LogDirOwnedError, LogStateError
+from ..files.pathcheck import check_regular_fd, open_no_follow
 
 __all__ = ["PartitionLock", "LogDirLock", "log_dir_owner", "WRITER_LOCK", "CLEANER_LOCK", "SWAP_LOCK", "KAFKA_LOCK"]
 

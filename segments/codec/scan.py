@@ -6,10 +6,10 @@ batch the way Kafka's reader does and returns one `ScanResult` of column arrays.
 legacy v0/v1 entries (magic 0/1) may be mixed. It is pure: it never opens files, logs or reads the clock;
 the file layer decides what a torn tail means (a crash at EOF, or just the end of a read window).
 
-Work per scan: compiled kernels (`segments._scan_kernels`, numba, cached on disk) find and check the batch
+Work per scan: compiled kernels (`segments.codec._scan_kernels`, numba, cached on disk) find and check the batch
 headers and decode every record; Python loops only per batch for the CRC (the `crc32c` package, hardware
 CRC-32C; `zlib.crc32` for legacy) and per *compressed* batch for decompression
-(`segments.compression.decompress`). Decompressed records are copied into one side buffer per scan, the
+(`segments.codec.compression.decompress`). Decompressed records are copied into one side buffer per scan, the
 **arena**.
 
 Batch arrays (length `n_batches`; a "batch" is a v2 batch, an uncompressed legacy message, or a legacy
@@ -60,7 +60,7 @@ does not decompress, a legacy wrapper with bad inner messages. When several batc
 one of the first bad batch. Errors inside decompressed data are reported at the start of the batch's
 compressed region, and the message gives the byte inside the decompressed data.
 
-Stricter than Kafka, as the object path (`segments.records.decode_batch`) is: an empty batch must have an
+Stricter than Kafka, as the object path (`segments.codec.records.decode_batch`) is: an empty batch must have an
 empty records region (an empty compressed batch must decompress to nothing); legacy messages must end
 exactly after their value and a wrapper's inner messages must tile its decompressed value. Laxer: header
 keys are not checked for UTF-8 (Kafka decodes them leniently too).

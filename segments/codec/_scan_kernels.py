@@ -1,13 +1,13 @@
-"""Compiled kernels of the bulk scan (`segments.scan`); private, called only from there.
+"""Compiled kernels of the bulk scan (`segments.codec.scan`); private, called only from there.
 
 Every kernel is `numba.njit(cache=True, nogil=True)` over uint8 arrays, reads big-endian fields by hand and
 never raises: a kernel that meets invalid bytes writes an error record into its `info` array
 (`info[INFO_CODE]`, the byte index, the batch index and up to three details) and returns how many batches it
-completed before the bad one. `segments.scan` turns that record into a typed exception. Buffers passed in are
+completed before the bad one. `segments.codec.scan` turns that record into a typed exception. Buffers passed in are
 read-only views, so every kernel is compiled for exactly one array type and the on-disk cache is hit by every
 later process.
 
-Byte layouts come from `segments.format` (module-level ints are compile-time constants for numba).
+Byte layouts come from `segments.codec.format` (module-level ints are compile-time constants for numba).
 """
 
 from __future__ import annotations

@@ -32,9 +32,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .errors import CheckpointError
-from .fileio import DEFAULT_FILE_OPS, FileOps
-from .pathcheck import check_regular_fd, open_no_follow
+from ..codec.errors import CheckpointError
+from ..files.fileio import DEFAULT_FILE_OPS, FileOps
+from ..files.pathcheck import check_regular_fd, open_no_follow
 
 __all__ = [
     "CHECKPOINT_BYTES_MAX",

@@ -38,17 +38,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import format as fmt
-from .checkpoint import (
+from ..codec import format as fmt
+from ..codec.errors import LogStateError
+from ..files.fileio import DEFAULT_FILE_OPS
+from ..partition.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
 )
-from .errors import LogStateError
-from .fileio import DEFAULT_FILE_OPS
-from .locks import CLEANER_LOCK, WRITER_LOCK, LogDirLock, PartitionLock
-from .log import (
+from ..partition.locks import CLEANER_LOCK, WRITER_LOCK, LogDirLock, PartitionLock
+from ..partition.log import (
     LogConfig,
     PartitionLog,
     parse_partition_dir_name,
@@ -324,7 +324,7 @@ def commit_job(
     config = config or LogConfig()
     staging = staging_dir(root, job_id)
     summary = CommitSummary()
-    log_dir_lock = LogDirLock(root).acquire()  # never while a Kafka broker owns the log dir (segments.locks)
+    log_dir_lock = LogDirLock(root).acquire()  # never while a Kafka broker owns the log dir (segments.partition.locks)
     try:
         check_topic_partitions(root, topic, partitions, overwrite=overwrite)
         (staging / "out").mkdir(parents=True, exist_ok=True)

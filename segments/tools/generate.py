@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import format as fmt
-from .log import LogConfig, PartitionLog
-from .records import Record, encode_batch
+from ..codec import format as fmt
+from ..codec.records import Record, encode_batch
+from ..partition.log import LogConfig, PartitionLog
 
 __all__ = ["WorkloadSpec", "generate_partition"]
 

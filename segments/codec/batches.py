@@ -3,7 +3,7 @@
 Owns the framing rules of `docs/format.md` section 3 (`.log`): every batch starts with the shared
 17-byte prefix (offset, length, 4 magic-dependent bytes, magic), the walker dispatches on byte 16, and
 it tells a torn tail from corruption. It decodes nothing itself beyond that prefix: v2 goes to
-`segments.records`, v0/v1 to `segments.legacy`. It never opens files, reads the clock or logs; the file
+`segments.codec.records`, v0/v1 to `segments.codec.legacy`. It never opens files, reads the clock or logs; the file
 reader, recovery and verify call it over bytes they read and add the path to its errors
 (`CorruptRecordError.located`).
 

@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import format as fmt
-from .batches import iter_batches
-from .errors import CorruptRecordError, LogStateError
-from .metadata_records import (
+from ..codec import format as fmt
+from ..codec.batches import iter_batches
+from ..codec.errors import CorruptRecordError, LogStateError, display_path
+from ..codec.metadata_records import (
     ConfigRecord,
     ConfigResourceType,
     MetadataRecord,
@@ -35,7 +35,6 @@ from .metadata_records import (
     TransactionMarkerRecord,
     decode_metadata_record,
 )
-from .pathcheck import display_path
 
 __all__ = ["METADATA_PARTITION", "ClusterMetadata", "find_metadata_log", "read_cluster_metadata"]
 

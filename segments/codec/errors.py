@@ -9,6 +9,17 @@ from __future__ import annotations
 
 import os
 
+# how a refused path is described (the errors below, and `segments.files.pathcheck`)
+LINK_REFUSED = "is a symbolic link; logcleaner does not follow links inside a log dir"
+NOT_REGULAR = "not a regular file; logcleaner reads and writes only regular files inside a log dir"
+
+
+def display_path(path: str | bytes | os.PathLike) -> str:
+    """`path` on one printable line: undecodable bytes as `\\xNN`, control and invisible characters escaped."""
+    raw = os.fsencode(path)
+    text = raw.decode("utf-8", "backslashreplace")
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
 
 class SegmentError(Exception):
     """Root of every error raised by `segments/`."""
@@ -120,10 +131,7 @@ class LinkRefusedError(SegmentError):
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
-        from .pathcheck import display_path
-
-        super().__init__(f"{display_path(self.path)}: is a symbolic link; "
-                         "logcleaner does not follow links inside a log dir")
+        super().__init__(f"{display_path(self.path)}: {LINK_REFUSED}")
 
 
 class NotRegularFileError(SegmentError):
@@ -134,6 +142,4 @@ class NotRegularFileError(SegmentError):
     def __init__(self, path: str | os.PathLike, kind: str) -> None:
         self.path = os.fspath(path)
         self.kind = kind
-        from .pathcheck import NOT_REGULAR, display_path
-
         super().__init__(f"{display_path(self.path)}: is {kind}, {NOT_REGULAR}")

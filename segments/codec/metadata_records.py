@@ -10,7 +10,7 @@ Decoded here: TopicRecord (apiKey 2), ConfigRecord (4), RemoveTopicRecord (9) an
 transaction markers BeginTransactionRecord (23), EndTransactionRecord (24), AbortTransactionRecord (25).
 Any other apiKey comes back as `OtherMetadataRecord`. Fields are read in version 0's order; later versions
 of these records only add fields after them, so a higher version decodes to the same fields.
-It never opens a file (`segments.kraft` reads the metadata log and its snapshots).
+It never opens a file (`segments.tools.kraft` reads the metadata log and its snapshots).
 """
 
 from __future__ import annotations

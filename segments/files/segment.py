@@ -6,8 +6,8 @@ recovering (re-validating every batch, rebuilding the indexes, cutting a torn ta
 files between the suffix states of the swap protocol (`.cleaned`, `.swap`, `.deleted`).
 
 It does not decide when to roll, which segments exist, or anything about other segments: that is
-`segments.log`. It never spells a byte offset of the format itself: headers are decoded by
-`segments.records` / `segments.legacy`, whole buffers by `segments.scan`.
+`segments.partition.log`. It never spells a byte offset of the format itself: headers are decoded by
+`segments.codec.records` / `segments.codec.legacy`, whole buffers by `segments.codec.scan`.
 
 Torn tail versus corruption (house rule 10): recovery treats an invalid final batch as a torn tail only
 when nothing but that batch (or zero bytes, from preallocation) follows its start; a bad batch that is
@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import format as fmt
-from .errors import CorruptRecordError, TruncatedBatchError
+from ..codec import format as fmt
+from ..codec.errors import CorruptRecordError, TruncatedBatchError
+from ..codec.legacy import decode_legacy_entry, decode_legacy_header, decode_legacy_header_fields
+from ..codec.records import BatchHeader, RecordBatch, decode_batch, decode_batch_header_fields
 from .fileio import DEFAULT_FILE_OPS, FileOps
 from .index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries
-from .legacy import decode_legacy_header, decode_legacy_header_fields
-from .records import BatchHeader, RecordBatch, decode_batch, decode_batch_header_fields
 from .txnindex import TransactionIndex
 
 if TYPE_CHECKING:
-    from .scan import ScanResult
+    from ..codec.scan import ScanResult
 
 __all__ = ["LogSegment", "SegmentPaths", "segment_paths", "FetchData", "RecoveryResult"]
 
@@ -131,7 +131,7 @@ class LogSegment:
             flags = os.O_RDWR
         else:
             flags = os.O_RDONLY
-        self._fd = os.open(self.paths.log, flags | os.O_NOFOLLOW, 0o644)  # links are refused (segments.pathcheck)
+        self._fd = os.open(self.paths.log, flags | os.O_NOFOLLOW, 0o644)  # links are refused (segments.files.pathcheck)
         self.size_bytes = os.fstat(self._fd).st_size
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
@@ -315,8 +315,6 @@ class LogSegment:
 
     def batches(self, start_position: int = 0, *, verify_crc: bool = True) -> Iterator[tuple[int, RecordBatch]]:
         """(position, decoded batch) for every whole batch, any magic (the object path, for tools)."""
-        from .legacy import decode_legacy_entry
-
         for pos, header in self.iter_headers(start_position):
             data = self.pread(pos, header.size_bytes)
             try:
@@ -342,7 +340,7 @@ class LogSegment:
         """(window, scan result) over the whole batches from `start_position` (a batch start) to the end.
 
         Windows are `window_bytes` long (one larger batch gets a window of its own). Each window takes the
-        next read buffer and record arrays of `ring` (a `segments.readahead.WindowRing`; a ring of one set,
+        next read buffer and record arrays of `ring` (a `segments.files.readahead.WindowRing`; a ring of one set,
         reused from window to window, if None): a window and its result are valid until the ring hands their
         set out again, i.e. until the next window with a one-set ring, and until the consumer of a read-ahead
         thread asks for the next one with the two-set ring it uses. Raises
@@ -351,8 +349,9 @@ class LogSegment:
         quietly there instead. `before_read(n)` is called before each read of `n` bytes, on the thread that
         reads (the cleaner's I/O throttle: it may block, or raise to stop the walk).
         """
+        # numba (the scan's kernels) is imported only when a scan runs: start-up of the CLI stays fast
+        from ..codec.scan import scan
         from .readahead import WindowRing
-        from .scan import scan
 
         pos = start_position
         size = self.size_bytes
@@ -550,7 +549,8 @@ class LogSegment:
         a torn tail is cut off (the segment must be writable). Otherwise, and for any invalid batch that
         is not a torn tail, raises `CorruptRecordError` (file and position) and changes nothing.
         """
-        from .scan import scan as scan_buffer
+        # numba (the scan's kernels) is imported only when a scan runs: start-up of the CLI stays fast
+        from ..codec.scan import scan as scan_buffer
 
         positions: list[np.ndarray] = []
         first_offsets: list[np.ndarray] = []

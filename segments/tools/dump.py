@@ -11,11 +11,15 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import format as fmt
-from .errors import CorruptIndexError, CorruptRecordError
-from .pathcheck import check_regular_fd, check_regular_file, open_no_follow
-from .records import RecordBatch, decode_control_key
-from .recovery import parse_segment_file_name
+from ..codec import format as fmt
+from ..codec.batches import decode_any_batch
+from ..codec.errors import CorruptIndexError, CorruptRecordError
+from ..codec.records import RecordBatch, decode_control_key
+from ..files.index import OffsetIndex, TimeIndex
+from ..files.names import parse_segment_file_name
+from ..files.pathcheck import check_regular_fd, check_regular_file, open_no_follow
+from ..files.txnindex import TransactionIndex
+from .verify import scan_log_file
 
 __all__ = ["dump_file", "format_entry"]
 
@@ -99,8 +103,6 @@ def dump_file(
     elif parsed.kind in (fmt.INDEX_SUFFIX, fmt.TIME_INDEX_SUFFIX):
         yield from _dump_index(path, parsed.offset, parsed.kind, index_sanity_check)
     elif parsed.kind == fmt.TXN_INDEX_SUFFIX:
-        from .txnindex import TransactionIndex
-
         index = TransactionIndex(path, parsed.offset, read_only=True)
         try:
             for txn in index.all_aborted():
@@ -118,12 +120,9 @@ def dump_file(
 
 
 def _dump_log(path: Path, base: int, deep: bool, print_data: bool) -> Iterator[dict]:
-    """The file's batches as `verify` reads them (`segments.verify.scan_log_file`, the one reader of a whole
+    """The file's batches as `verify` reads them (`segments.tools.verify.scan_log_file`, the one reader of a whole
     `.log`), so both give the same diagnosis of the same bytes; each batch checked there is then decoded for
     printing."""
-    from .batches import decode_any_batch
-    from .verify import scan_log_file
-
     fd = open_no_follow(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         check_regular_fd(fd, path)
@@ -143,8 +142,6 @@ def _dump_log(path: Path, base: int, deep: bool, print_data: bool) -> Iterator[d
 
 
 def _dump_index(path: Path, base: int, kind: str, sanity: bool) -> Iterator[dict]:
-    from .index import OffsetIndex, TimeIndex
-
     cls = OffsetIndex if kind == fmt.INDEX_SUFFIX else TimeIndex
     index = cls(path, base, read_only=True)
     try:

@@ -17,10 +17,10 @@ What a crash at each step of the swap leaves, and what this does with it:
 * part-way through `.swap → ""` → the remaining swaps are renamed (roll forward).
 
 `plan_leftover_recovery` works out what passes 1-4 would do from one listing, changing nothing:
-`recover_leftovers` carries the plan out, and a reader (`segments.log`, mode "reader") shows the segments Kafka
+`recover_leftovers` carries the plan out, and a reader (`segments.partition.log`, mode "reader") shows the segments Kafka
 would have after recovery, and lists the leftovers, without touching a file.
 
-Pass 5 (re-validating segments past the recovery point) belongs to `segments.log`. `.cleaned` files
+Pass 5 (re-validating segments past the recovery point) belongs to `segments.partition.log`. `.cleaned` files
 are only touched when `include_cleaned` is true: the caller passes false while another process holds
 the cleaner lock and those files are its work in progress. It must be called with the swap lock held.
 """
@@ -32,44 +32,17 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import format as fmt
-from .fileio import DEFAULT_FILE_OPS, FileOps
+from ..codec import format as fmt
+from ..codec.errors import CorruptRecordError
+from ..files.fileio import DEFAULT_FILE_OPS, FileOps
+from ..files.names import SegmentFileName, parse_segment_file_name
+from ..files.segment import peek_header
 
-__all__ = ["LeftoverPlan", "LeftoverRecovery", "parse_segment_file_name", "plan_leftover_recovery", "recover_leftovers"]
+__all__ = ["LeftoverPlan", "LeftoverRecovery", "plan_leftover_recovery", "recover_leftovers"]
 
 log = logging.getLogger(__name__)
 
 _INDEX_SUFFIXES = (fmt.INDEX_SUFFIX, fmt.TIME_INDEX_SUFFIX, fmt.TXN_INDEX_SUFFIX)
-_STATE_SUFFIXES = (fmt.CLEANED_SUFFIX, fmt.SWAP_SUFFIX, fmt.DELETED_SUFFIX)
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentFileName:
-    """A file name of the form `<20-digit offset><kind>[<state>]`, e.g. `...42.index.swap`."""
-
-    offset: int
-    kind: str  # ".log", ".index", ".timeindex", ".txnindex", ".snapshot"
-    state: str  # "", ".cleaned", ".swap", ".deleted"
-
-    def name(self) -> str:
-        return fmt.offset_file_name(self.offset, self.kind) + self.state
-
-
-def parse_segment_file_name(name: str) -> SegmentFileName | None:
-    """Parse a segment-related file name; None for anything else (checkpoints, lock files, ...)."""
-    digits, dot, rest = name.partition(".")
-    if not dot or len(digits) != fmt.OFFSET_DIGITS or not digits.isdigit():
-        return None
-    rest = "." + rest
-    state = ""
-    for suffix in _STATE_SUFFIXES:
-        if rest.endswith(suffix):
-            state = suffix
-            rest = rest[: -len(suffix)]
-            break
-    if rest not in fmt.SEGMENT_FILE_SUFFIXES and rest != fmt.SNAPSHOT_SUFFIX:
-        return None
-    return SegmentFileName(int(digits), rest, state)
 
 
 @dataclass(slots=True)
@@ -100,9 +73,6 @@ def _swap_log_next_offset(path: Path, base_offset: int) -> int | None:
     renamed to `.swap`), their offsets increasing and none below the file's base offset. Anything else (a
     stray copy, garbage) raises `CorruptRecordError` naming the file and byte: rolling it forward would
     replace good segments with it, so recovery stops before changing anything."""
-    from .errors import CorruptRecordError
-    from .segment import peek_header
-
     last_next = None
     size = path.stat().st_size
     with open(path, "rb") as f:

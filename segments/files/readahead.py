@@ -25,7 +25,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from .scan import ScanBuffers
+from ..codec.scan import ScanBuffers
 
 __all__ = ["WindowRing", "read_ahead"]
 

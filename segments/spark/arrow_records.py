@@ -22,11 +22,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import format as fmt
+from ..codec import format as fmt
+from ..codec.records import encode_batch_from_region, make_attributes
+from ..codec.scan import ScanResult
+from ..partition.log import PartitionLog
 from ._arrow_kernels import encode_runs, gather_records, header_sizes
-from .log import PartitionLog
-from .records import encode_batch_from_region, make_attributes
-from .scan import ScanResult
 
 __all__ = [
     "HEADER_TYPE",

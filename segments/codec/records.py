@@ -3,9 +3,9 @@
 Owns `docs/format.md` sections 1.1-1.7: the 61-byte header, attributes, CRC-32C, records with
 headers and null keys/values, compression of the records region, control batches and end-transaction
 markers, the delete-horizon bit and empty batches. This is the *object* path, for tools, tests and
-building batches; the cleaner's hot loop uses `segments.scan` over the same bytes.
+building batches; the cleaner's hot loop uses `segments.codec.scan` over the same bytes.
 
-`BatchHeader` is also the header type of legacy v0/v1 entries (`segments.legacy`), so callers can walk
+`BatchHeader` is also the header type of legacy v0/v1 entries (`segments.codec.legacy`), so callers can walk
 a log of mixed magics uniformly; fields that v0/v1 lack hold the NO_* values.
 
 Errors: `TruncatedBatchError` when the buffer ends inside a batch (the file layer turns this into "torn
@@ -77,7 +77,7 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class BatchHeader:
-    """The header fields of one batch (v2), or of one legacy entry (v0/v1, see `segments.legacy`)."""
+    """The header fields of one batch (v2), or of one legacy entry (v0/v1, see `segments.codec.legacy`)."""
 
     base_offset: int
     batch_length: int  # bytes after the length field; size_bytes = batch_length + 12
