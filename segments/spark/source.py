@@ -41,7 +41,14 @@ from pyspark.sql.types import StructType
 from ..codec import format as fmt
 from ..files.names import parse_segment_file_name
 from ..partition.log import LogConfig, parse_partition_dir_name
-from .arrow_records import RECORD_COLUMNS, SPARK_SCHEMA_DDL, binary_column, binary_parts, encode_table, read_arrow_batches
+from .arrow_records import (
+    RECORD_COLUMNS,
+    SPARK_SCHEMA_DDL,
+    binary_column,
+    binary_parts,
+    encode_table,
+    read_arrow_batches,
+)
 from .bulk_write import (
     STAGING_PREFIX,
     PieceWriter,
