@@ -2,17 +2,20 @@
 
 Modules and what they own: `round` (one round: survey, range, index, recopy, swap, checkpoint) built from
 `survey`, `cleanable`, `indexing` and `recopy`; `settings` and `config_file` (Kafka-named settings);
-`oneshot` (what `logcleaner clean` does); `manager`, `pool`, `throttle`, `retention`, `idle`, `metrics`,
+`errors` (`CleanerError`, the root of every exception class of the package); `oneshot` (what `logcleaner clean`
+does); `manager`, `pool`, `throttle`, `retention`, `idle`, `metrics`,
 `admin_http`, `admin_token` and `daemon` (what `logcleaner run` does); `cli` (the click commands). The daemon and the
 one-shot cleaner never import pyspark.
 """
 
 from .config_file import ConfigFileError, LoadedConfig, load_config
+from .errors import CleanerError
 from .oneshot import PartitionOutcome, clean_partition, find_partitions
 from .round import CleaningAbortedError, RoundResult, clean_round
 from .settings import SettingError, Settings, TopicSettings
 
 __all__ = [
+    "CleanerError",
     "CleaningAbortedError",
     "ConfigFileError",
     "LoadedConfig",

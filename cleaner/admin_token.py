@@ -22,6 +22,8 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from .errors import CleanerError
+
 __all__ = [
     "ADMIN_TOKEN_ENV",
     "AdminTokenError",
@@ -39,7 +41,7 @@ TOKEN_CHARS_MAX = 4096
 _TOKEN_FILE_BYTES_MAX = 64 * 1024
 
 
-class AdminTokenError(ValueError):
+class AdminTokenError(CleanerError, ValueError):
     """A token file that cannot be read, or a token that is not valid (the message never holds the token)."""
 
 

@@ -1,7 +1,7 @@
 """What every `logcleaner` command shares with the others, beside its own options: how it ends when its reader
 goes away, how a usage error is shown, and how the library's notes about indexes rebuilt in memory reach the user.
 
-Owns three things for `cleaner.cli` and prints nothing of its own but those notes and errors:
+Owns four things for `cleaner.cli` and prints nothing of its own but those notes and errors:
 
 * **A closed pipe** (`logcleaner dump FILE | head`, any command whose output is cut short). The command stops
   at its next write, quietly, as `cat` does: no message, nothing more written, exit status 141 — 128 +
@@ -15,6 +15,10 @@ Owns three things for `cleaner.cli` and prints nothing of its own but those note
   for a usage error): a bad, missing or unknown option or argument (click's own checks, made in
   `OneLineErrorsCommand.parse_args`) and a usage error a command raises itself (`CommandGroup.invoke`) are
   shown without click's usage text, which `--help` gives.
+* **No traceback for the cleaner's own errors.** An error of the cleaner (`cleaner.errors.CleanerError`, the
+  root of every exception class of `cleaner/`) that a command did not turn into its own message is shown as
+  `Error: <what>` on one line, exit 1 (`CommandGroup.invoke`); a command that reports an error its own way
+  (a usage error, exit 2; a failed partition) still catches it first.
 * **Indexes rebuilt in memory.** A read-only command opens partitions as a reader, and a reader that finds
   an index failing its sanity check rebuilds it in memory (`segments.partition.log.IndexRebuild`, logged as a
   key=value warning). Every partition that Kafka was writing has such an index: Kafka preallocates the
@@ -39,6 +43,8 @@ import click
 
 from segments.codec.errors import display_path
 from segments.partition.log import IndexRebuild
+
+from .errors import CleanerError
 
 __all__ = [
     "BROKEN_PIPE_EXIT", "CommandGroup", "OneLineErrorsCommand", "OneLineUsageError", "index_notes",
@@ -76,8 +82,8 @@ class OneLineErrorsCommand(click.Command):
 
 
 class CommandGroup(click.Group):
-    """The `logcleaner` group: every command's usage errors are one line, and every command ends quietly with
-    `BROKEN_PIPE_EXIT` when its output pipe closes."""
+    """The `logcleaner` group: every command's usage errors are one line, a `CleanerError` no command caught is
+    one line too (exit 1), and every command ends quietly with `BROKEN_PIPE_EXIT` when its output pipe closes."""
 
     command_class = OneLineErrorsCommand
 
@@ -89,6 +95,8 @@ class CommandGroup(click.Group):
                 raise
             except click.UsageError as exc:  # an unknown command, or one a command raised itself
                 raise OneLineUsageError(exc.format_message(), exc.ctx) from None
+            except CleanerError as exc:  # one no command turned into its own message: one line, no traceback
+                raise click.ClickException(one_line(str(exc))) from None
             finally:
                 # Output still in Python's buffer meets a closed pipe here, where it can be handled, rather
                 # than in the interpreter's final flush ("Exception ignored ... BrokenPipeError", status 120).

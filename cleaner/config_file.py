@@ -17,12 +17,13 @@ from typing import Any
 
 from segments.files.pathcheck import describe_os_error
 
+from .errors import CleanerError
 from .settings import SettingError, Settings, SettingSource
 
 __all__ = ["ConfigFileError", "LoadedConfig", "load_config", "read_server_properties"]
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(CleanerError, ValueError):
     """A config file that cannot be read or parsed, or that holds an invalid setting."""
 
 

@@ -39,6 +39,7 @@ from .admin_token import (
     token_from_environment,
 )
 from .config_file import ConfigFileError, LoadedConfig, load_config
+from .errors import CleanerError
 from .manager import DISK_FULL_RETRY_MS_DEFAULT, UNCLEANABLE_RETRY_MS_DEFAULT, CleanerManager, StateError
 from .metrics import CleanerMetrics
 from .pool import CleanerPool
@@ -146,7 +147,7 @@ def _check_log_dirs(loaded: LoadedConfig) -> list[Path]:
 DAEMON_LOCK = ".logcleaner-daemon.lock"  # in each log dir: the one daemon that cleans it, and its pid
 
 
-class DaemonStartError(RuntimeError):
+class DaemonStartError(CleanerError, RuntimeError):
     """The daemon cannot start: another daemon runs on a log dir, or its address is taken."""
 
 
@@ -369,7 +370,7 @@ class Daemon:
             log_dirs = _check_log_dirs(loaded)
             admin_token = _admin_token(server, loaded)  # the token file is read again at every reload
             self.daemon_locks.take(log_dirs)
-        except (ConfigFileError, DaemonStartError, OSError) as exc:
+        except (CleanerError, OSError) as exc:  # an invalid file, a log dir another daemon holds, ...
             log.error("config reload rejected; keeping the running config: %s", exc)
             return
         broker = loaded.settings.broker

@@ -45,6 +45,7 @@ from segments.partition.log import parse_partition_dir_name, update_log_dir_chec
 from segments.tools.kraft import METADATA_PARTITION
 
 from . import survivorship
+from .errors import CleanerError
 from .policy import (
     NEVER_TOUCHED_TOPICS,
     ClusterView,
@@ -75,7 +76,7 @@ class PartitionState(enum.Enum):
     PAUSED = "paused"
 
 
-class StateError(RuntimeError):
+class StateError(CleanerError, RuntimeError):
     """An operation the partition's state does not allow (Kafka's IllegalStateException)."""
 
 

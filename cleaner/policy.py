@@ -31,6 +31,7 @@ from segments.files.pathcheck import describe_os_error
 from segments.tools.kraft import METADATA_PARTITION, ClusterMetadata, find_metadata_log, read_cluster_metadata
 
 from .config_file import ConfigFileError, read_server_properties
+from .errors import CleanerError
 from .settings import SettingError, Settings
 
 __all__ = [
@@ -49,7 +50,7 @@ NEVER_TOUCHED_TOPICS = frozenset({"__cluster_metadata"})  # KRaft's metadata log
 META_PROPERTIES = "meta.properties"
 
 
-class PolicyError(ValueError):
+class PolicyError(CleanerError, ValueError):
     """The cluster's metadata cannot be read, or holds a config value out of range."""
 
 

@@ -39,6 +39,7 @@ from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, REPLICATION
 from segments.partition.log import PartitionLog
 
 from .cleanable import CleanableRange, cleanable_range
+from .errors import CleanerError
 from .generations import GenerationPlan, load_starts, plan_round, save_starts
 from .indexing import build_offset_map
 from .recopy import RecopyContext, RecopyStats, clean_group, group_segments
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 PRODUCER_ID_EXPIRATION_MS_DEFAULT = 86_400_000
 
 
-class CleaningAbortedError(Exception):
+class CleaningAbortedError(CleanerError):
     """Raised by a `check_abort` callable to stop a round at the next window boundary."""
 
 

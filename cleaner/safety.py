@@ -25,6 +25,7 @@ import numpy as np
 from offsetmap import OffsetMap, hash_key_spans
 from segments.files.segment import LogSegment
 
+from .errors import CleanerError
 from .survey import LogSurvey
 
 __all__ = ["SafetyCheckError", "check_group"]
@@ -32,7 +33,7 @@ __all__ = ["SafetyCheckError", "check_group"]
 _WINDOW_BYTES = 16 * 1024 * 1024
 
 
-class SafetyCheckError(RuntimeError):
+class SafetyCheckError(CleanerError, RuntimeError):
     """A cleaned group lost a record that is the latest of its key: the group is not swapped in."""
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 from segments.partition.log import LogConfig
 
+from .errors import CleanerError
+
 __all__ = [
     "BROKER_SETTINGS",
     "TOPIC_SETTINGS",
@@ -34,7 +36,7 @@ _INT_MAX = 2**31 - 1
 SIZE_EXPECTED = "a whole number of bytes, optionally with a binary unit (64KiB, 128MiB, 1GiB; k, m, g also)"
 
 
-class SettingError(ValueError):
+class SettingError(CleanerError, ValueError):
     """A setting name that does not exist, or a value outside its allowed range."""
 
     def __init__(self, key: str, value: object, reason: str) -> None:
