@@ -27,11 +27,15 @@ import json
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .admin_token import ADMIN_TOKEN_ENV, check_authorization
 from .manager import StateError
+
+if TYPE_CHECKING:  # the daemon module imports this one
+    from .daemon import Daemon
 
 __all__ = ["AdminServer", "client_url", "is_loopback", "parse_listen"]
 
@@ -78,7 +82,7 @@ _NO_TOKEN_MESSAGE = (
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = "logcleaner"
-    daemon = None  # set on the subclass made per server
+    daemon: Daemon  # set on the subclass made per server
 
     def log_message(self, fmt: str, *args) -> None:
         log.debug("http %s %s", self.address_string(), fmt % args)
@@ -157,7 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
 class AdminServer:
     """A threaded HTTP server for one daemon, serving in a background thread."""
 
-    def __init__(self, daemon, listen: str) -> None:
+    def __init__(self, daemon: Daemon, listen: str) -> None:
         host, port = parse_listen(listen)
         handler = type("Handler", (_Handler,), {"daemon": daemon})
         self.httpd = ThreadingHTTPServer((host, port), handler)
@@ -166,7 +170,8 @@ class AdminServer:
 
     @property
     def address(self) -> tuple[str, int]:
-        return self.httpd.server_address[:2]
+        host, port = self.httpd.server_address[:2]
+        return str(host), int(port)
 
     def start(self) -> None:
         self._thread.start()

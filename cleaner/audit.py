@@ -132,7 +132,7 @@ class _Markers:
 
 def _control_type(key: bytes | None, path: Path, position: int) -> int:
     if key is None or len(key) < 4:
-        raise CorruptRecordError(f"{path}: byte {position}: control record without a 4-byte key")
+        raise CorruptRecordError("control record without a 4-byte key", position=position, path=path)
     return int.from_bytes(key[2:4], "big", signed=True)
 
 
@@ -158,7 +158,7 @@ def audit_partition(directory: str | os.PathLike, keys: list[bytes] | None = Non
                 batch = result.batch_index
                 live = result.offset >= start
                 control = result.is_control[batch] & live
-                for r in np.flatnonzero(control):
+                for r in map(int, np.flatnonzero(control)):
                     b = batch[r]
                     position = int(result.batch_position[b])
                     markers.add(int(result.producer_id[b]), int(result.offset[r]),

@@ -136,14 +136,14 @@ def load_config(
                 sources[key] = SettingSource("file", os.fspath(path))
             else:
                 raise ConfigFileError(f"{path}: unknown setting {key!r} (use Kafka's setting names, quoted)")
-    for key, value in (overrides or {}).items():
+    for key, given in (overrides or {}).items():
         if key in BROKER_SETTINGS:
-            checked("--set", key, value, BROKER_SETTINGS)
+            checked("--set", key, given, BROKER_SETTINGS)
         elif key in TOPIC_SETTINGS:
-            checked("--set", key, value, TOPIC_SETTINGS)
+            checked("--set", key, given, TOPIC_SETTINGS)
         else:
             raise ConfigFileError(f"--set: unknown setting {key!r} (expected a Kafka broker or topic setting name)")
-        flat[key] = value
+        flat[key] = given
         sources[key] = SettingSource("set", "--set")
     try:
         settings = Settings.from_mappings(

@@ -52,7 +52,7 @@ import operator
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -86,7 +86,7 @@ def _write_new_file(path: str | os.PathLike, data: bytes, file_ops: FileOps) -> 
         os.close(fd)
 
 
-def _search(column: np.ndarray, value: int, side: str) -> int:
+def _search(column: np.ndarray, value: int, side: Literal["left", "right"]) -> int:
     """`np.searchsorted(column, value, side)` for a Python int that may lie outside the column's dtype."""
     value = operator.index(value)
     info = np.iinfo(column.dtype)
@@ -130,6 +130,13 @@ class _EntryFile:
     _disk_dtype: ClassVar[np.dtype]
     _columns: ClassVar[tuple[tuple[str, type], ...]]  # (field of _disk_dtype, native in-memory dtype)
     _create_on_open: ClassVar[bool] = True
+
+    @classmethod
+    def _validated(
+        cls, path: str | os.PathLike, base_offset: int, first: ArrayLike, second: ArrayLike, entries_max: int
+    ) -> dict[str, np.ndarray]:
+        """The entries as columns after the checks `append` makes; each index defines its own."""
+        raise NotImplementedError
 
     def __init__(
         self,
@@ -214,7 +221,7 @@ class _EntryFile:
             new_capacity = max(_CAPACITY_MIN_ENTRIES, 2 * capacity)
             new_capacity = min(new_capacity, max(self.entries_max, n + 1))
             for name, dtype in self._columns:
-                grown = np.empty(new_capacity, dtype)
+                grown: np.ndarray = np.empty(new_capacity, dtype)
                 grown[:n] = self._cols[name][:n]
                 self._cols[name] = grown
         for (name, _), value in zip(self._columns, values):

@@ -180,7 +180,7 @@ def check_partition_dir(directory: str | os.PathLike) -> None:
     st = check_not_link(directory)
     if not stat.S_ISDIR(st.st_mode):
         raise LogStateError(f"{display_path(directory)}: not a directory")
-    with os.scandir(directory) as entries:
+    with os.scandir(os.fspath(directory)) as entries:
         for entry in entries:
             if entry.is_symlink():
                 raise LinkRefusedError(Path(directory) / entry.name)

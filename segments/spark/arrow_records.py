@@ -278,7 +278,7 @@ def encode_table(
     attributes = make_attributes(compression=compression)
     pieces: dict[int, list[bytes]] = {}
     counts: dict[int, int] = {}
-    view = memoryview(out)
+    view = out.data  # a memoryview of the encoded bytes, sliced without copying
     for i in range(nb):
         p = int(b_part[i])
         count = int(b_count[i])

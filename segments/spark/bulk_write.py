@@ -37,6 +37,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from ..codec import format as fmt
 from ..codec.errors import LogStateError
@@ -150,7 +151,7 @@ class PieceWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.task = task
         self.attempt = attempt
-        self._files: dict[int, object] = {}
+        self._files: dict[int, BinaryIO] = {}
         self._records: dict[int, int] = {}
         self._bytes: dict[int, int] = {}
 

@@ -155,7 +155,7 @@ class LogSegmentsReader(DataSourceReader):
     def partitions(self) -> list[SegmentRange]:
         return plan_input_partitions(self.paths, self.max_partition_bytes)
 
-    def read(self, partition: SegmentRange) -> Iterator:
+    def read(self, partition: SegmentRange) -> Iterator:  # type: ignore[override]  # Spark hands back ours
         yield from read_arrow_batches(
             partition.directory, columns=self.columns, segments_from=partition.start, segments_below=partition.stop
         )

@@ -386,11 +386,11 @@ def _check_indexes(directory: Path, base: int, scan: _SegmentScan | None, summar
             _check_offset_index(index, index_path, scan, log_size, summary, is_active=is_active)
     if only in (None, fmt.TIME_INDEX_SUFFIX) and _regular(time_path):
         try:
-            index = TimeIndex(time_path, base, read_only=True)
+            time_index = TimeIndex(time_path, base, read_only=True)
         except OSError as exc:
             summary.problems.append(_os_problem(exc, time_path))
         else:
-            _check_time_index(index, time_path, scan, summary, is_active=is_active)
+            _check_time_index(time_index, time_path, scan, summary, is_active=is_active)
 
 
 def _check_offset_index(index, index_path: Path, scan: _SegmentScan | None, log_size: int | None,
