@@ -504,7 +504,7 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
         if (refusal := refusal_for_clean(key)) is not None:
             raise click.UsageError(refusal)
     # One I/O budget per device for every partition cleaned, each read and write charged before it is done.
-    throttles = DeviceThrottles(loaded.settings.broker["log.cleaner.io.max.bytes.per.second"])
+    throttles = DeviceThrottles(loaded.settings.cleaner.io_max_bytes_per_second)
     partitions, refused = find_partition_dirs(list(paths))
     _exit_if_no_partition(paths, partitions, refused)
     failed = False

@@ -122,7 +122,7 @@ def _check_log_dirs(loaded: LoadedConfig) -> list[Path]:
 
     As Kafka does, refuses a log dir given twice and a partition found in two log dirs (which copy is the
     log would be a guess)."""
-    dirs = [Path(d) for d in loaded.settings.broker["log.dirs"]]
+    dirs = [Path(d) for d in loaded.settings.cleaner.log_dirs]
     resolved: list[Path] = []
     seen: dict[str, Path] = {}
     for d in dirs:
@@ -201,7 +201,7 @@ class Daemon:
         self.daemon_locks = _DaemonLocks()
         self.daemon_locks.take(self.log_dirs)
         self.admin_token = _admin_token(self.server, self.loaded)  # read by the HTTP handler for each POST
-        broker = self.loaded.settings.broker
+        cleaner = self.loaded.settings.cleaner
         self.manager = CleanerManager(
             self.log_dirs, self.loaded.settings, clock_ms=self.clock_ms,
             uncleanable_retry_ms=self.server["uncleanable_retry_ms"],
@@ -210,11 +210,11 @@ class Daemon:
         # One budget per device for every thread; a thread waiting for it wakes at once when the pool stops,
         # so a shutdown never waits out a long sleep.
         self.throttles = DeviceThrottles(
-            broker["log.cleaner.io.max.bytes.per.second"], sleep=lambda seconds: self.pool.wait_stopping(seconds)
+            cleaner.io_max_bytes_per_second, sleep=lambda seconds: self.pool.wait_stopping(seconds)
         )
         self.metrics = CleanerMetrics(self._metric_state)
         self.pool = CleanerPool(
-            self.manager, self.throttles, self.metrics, threads=broker["log.cleaner.threads"], clock_ms=self.clock_ms
+            self.manager, self.throttles, self.metrics, threads=cleaner.threads, clock_ms=self.clock_ms
         )
         try:
             self.http = AdminServer(self, str(self.server["listen"]))
@@ -373,20 +373,20 @@ class Daemon:
         except (CleanerError, OSError) as exc:  # an invalid file, a log dir another daemon holds, ...
             log.error("config reload rejected; keeping the running config: %s", exc)
             return
-        broker = loaded.settings.broker
+        cleaner = loaded.settings.cleaner
         self.loaded = loaded
         self.log_dirs = log_dirs
         self.admin_token = admin_token
         self.manager.reconfigure(loaded.settings, log_dirs)
         self.manager.uncleanable_retry_ms = server["uncleanable_retry_ms"]
         self.manager.disk_full_retry_ms = server["disk_full_retry_ms"]
-        self.throttles.set_rate(broker["log.cleaner.io.max.bytes.per.second"])
-        self.pool.resize(broker["log.cleaner.threads"])
+        self.throttles.set_rate(cleaner.io_max_bytes_per_second)
+        self.pool.resize(cleaner.threads)
         if server["listen"] != self.server["listen"]:
             log.warning("[server] listen changed; it takes effect at the next restart")
         self.server.update({k: v for k, v in server.items() if k != "listen"})
-        budget = broker["log.cleaner.io.max.bytes.per.second"]
-        log.info("config reloaded threads=%d io_budget=%s", broker["log.cleaner.threads"],
+        budget = cleaner.io_max_bytes_per_second
+        log.info("config reloaded threads=%d io_budget=%s", cleaner.threads,
                  "unlimited" if budget >= UNLIMITED else f"{budget:.0f}B/s")
 
     def shutdown(self) -> int:

@@ -190,7 +190,7 @@ def _fingerprint(directory: Path) -> tuple:
 def _metadata_signature(log_dir: Path, settings: Settings) -> tuple:
     """What changes when a metadata log that could serve `log_dir` changes (names, sizes, mtimes)."""
     out: list[tuple] = []
-    for base in [log_dir, settings.broker.get("metadata.log.dir"), *settings.broker["log.dirs"]]:
+    for base in [log_dir, settings.cleaner.metadata_log_dir, *settings.cleaner.log_dirs]:
         if not base:
             continue
         directory = Path(base) / METADATA_PARTITION
@@ -476,7 +476,7 @@ class CleanerManager:
         eligible: list[tuple[tuple, Candidate]] = []
         max_ratio = 0.0
         max_delay = 0
-        by_survivorship = self.settings.broker["log.cleaner.selection.policy"] == "survivorship"
+        by_survivorship = self.settings.cleaner.selection_policy == "survivorship"
         survivorships: dict[Path, dict] = {}
         for status in statuses:
             if status.policy is None or "compact" not in (status.policy.policy or ()):
@@ -505,7 +505,7 @@ class CleanerManager:
                 score = survivorship.freed_per_io_byte(clean, status.cleanable_bytes, s)
                 ratio_gate = survivorship.eligible(
                     clean, status.cleanable_bytes, s, min_ratio=topic.min_cleanable_dirty_ratio,
-                    backstop_ratio=self.settings.broker["log.cleaner.survivorship.backstop.ratio"],
+                    backstop_ratio=self.settings.cleaner.survivorship_backstop_ratio,
                 )
             horizon_due = 0 <= status.next_delete_horizon_ms <= now
             has_dirty = status.cleanable_bytes > 0 and status.first_uncleanable > status.first_dirty

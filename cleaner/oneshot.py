@@ -181,13 +181,13 @@ def clean_partition(
     if policy is not None and policy.policy is not None:
         topic = dataclasses.replace(topic, cleanup_policy=policy.policy)
     if offset_map is None and topic.compact:
-        broker = settings.broker
-        memory = per_thread_memory_bytes(broker["log.cleaner.dedupe.buffer.size"], broker["log.cleaner.threads"])
-        offset_map = OffsetMap(memory, broker["log.cleaner.io.buffer.load.factor"])
+        cleaner = settings.cleaner
+        memory = per_thread_memory_bytes(cleaner.dedupe_buffer_size, cleaner.threads)
+        offset_map = OffsetMap(memory, cleaner.io_buffer_load_factor)
     config = topic.log_config()
     ring = WindowRing(WINDOW_BYTES)  # the rounds of a partition reuse one set of read buffers
     if throttle is None:
-        throttle = Throttle(settings.broker["log.cleaner.io.max.bytes.per.second"])
+        throttle = Throttle(settings.cleaner.io_max_bytes_per_second)
     try:
         # A dry run reads as a reader does: no lock file, no index rebuilt on disk, nothing written at all.
         mode: Mode = "reader" if dry_run else "cleaner"
@@ -208,18 +208,18 @@ def clean_partition(
                     topic,
                     offset_map,
                     now_ms=now_ms,
-                    producer_expiration_ms=settings.broker["producer.id.expiration.ms"],
+                    producer_expiration_ms=settings.cleaner.producer_id_expiration_ms,
                     forced_from=start,
                     forced_to=forced_to,
                     dry_run=dry_run,
                     horizon_pass=True,
                     on_bytes=on_bytes,
                     ring=ring,
-                    verify=settings.broker["log.cleaner.verify"],
+                    verify=settings.cleaner.verify,
                     charge_io=throttle.acquire,
                 )
                 outcome.rounds.append(result)
-                survivorship.record_round(directory, result, settings.broker["log.cleaner.survivorship.alpha"])
+                survivorship.record_round(directory, result, settings.cleaner.survivorship_alpha)
                 if once or dry_run:
                     break
                 if not result.done and result.end_offset > result.first_dirty:

@@ -112,10 +112,10 @@ def cluster_view(log_dir: str | os.PathLike, settings: Settings) -> ClusterView:
     mode = "kraft" if version == "1" or "node.id" in meta else "zookeeper" if version == "0" else "unknown"
     node_id = meta.get("node.id") or meta.get("broker.id")
     candidates: list[str | os.PathLike] = [log_dir]
-    if settings.broker.get("metadata.log.dir"):
-        candidates.append(settings.broker["metadata.log.dir"])
+    if settings.cleaner.metadata_log_dir:
+        candidates.append(settings.cleaner.metadata_log_dir)
     if "log.dirs" in settings.explicit:
-        candidates.extend(settings.broker["log.dirs"])
+        candidates.extend(settings.cleaner.log_dirs)
     found = find_metadata_log(candidates)
     if found is None:
         return ClusterView(str(log_dir), mode, node_id, None, settings)

@@ -143,18 +143,18 @@ class CleanerPool:
         while not self._stopping.is_set():
             if index >= self.threads_wanted:
                 return
-            broker = self.manager.settings.broker
-            memory = per_thread_memory_bytes(broker["log.cleaner.dedupe.buffer.size"], broker["log.cleaner.threads"])
+            cleaner = self.manager.settings.cleaner
+            memory = per_thread_memory_bytes(cleaner.dedupe_buffer_size, cleaner.threads)
             if offset_map is None or memory != map_memory:
-                offset_map = OffsetMap(memory, broker["log.cleaner.io.buffer.load.factor"])
+                offset_map = OffsetMap(memory, cleaner.io_buffer_load_factor)
                 map_memory = memory
             try:
                 # due or not, whatever there is to clean: a busy cleaner must not starve the delete policy
-                self._retention_if_due(broker["log.retention.check.interval.ms"])
+                self._retention_if_due(cleaner.log_retention_check_interval_ms)
             except Exception:  # noqa: BLE001 - a failed pass must not kill the thread; the next one retries
                 log.exception("retention pass failed")
-            if not broker["log.cleaner.enable"]:  # Kafka's meaning: no compaction, retention still runs
-                self._stopping.wait(broker["log.cleaner.backoff.ms"] / 1000.0)
+            if not cleaner.enable:  # Kafka's meaning: no compaction, retention still runs
+                self._stopping.wait(cleaner.backoff_ms / 1000.0)
                 continue
             try:
                 candidate = self.manager.grab_filthiest(busy_devices=self.busy_devices())
@@ -166,7 +166,7 @@ class CleanerPool:
                     maintain_idle_logs(self.manager, self.clock_ms())
                 except Exception:  # noqa: BLE001 - maintenance is best effort
                     log.exception("idle-log maintenance failed")
-                self._stopping.wait(broker["log.cleaner.backoff.ms"] / 1000.0)
+                self._stopping.wait(cleaner.backoff_ms / 1000.0)
                 continue
             self._clean(index, candidate, offset_map, ring)
 
@@ -231,12 +231,12 @@ class CleanerPool:
                     topic,
                     offset_map,
                     now_ms=self.clock_ms(),
-                    producer_expiration_ms=self.manager.settings.broker["producer.id.expiration.ms"],
+                    producer_expiration_ms=self.manager.settings.cleaner.producer_id_expiration_ms,
                     force_recopy=candidate.force_recopy,
                     check_abort=check_abort,
                     on_bytes=on_bytes,
                     ring=ring,
-                    verify=self.manager.settings.broker["log.cleaner.verify"],
+                    verify=self.manager.settings.cleaner.verify,
                     charge_io=charge_io,
                 )
                 if "delete" in topic.cleanup_policy and not result.dry_run:
@@ -245,7 +245,7 @@ class CleanerPool:
                         self._apply_retention(directory, plog, topic, self.clock_ms())
                     except Exception:  # noqa: BLE001 - the round itself succeeded; the next pass retries
                         log.exception("retention after cleaning failed dir=%s", directory)
-            survivorship.record_round(directory, result, self.manager.settings.broker["log.cleaner.survivorship.alpha"])
+            survivorship.record_round(directory, result, self.manager.settings.cleaner.survivorship_alpha)
             self.manager.done_cleaning(directory, result, result.next_delete_horizon_ms)
             self.metrics.record_round(index, result)
         except CleaningAbortedError:

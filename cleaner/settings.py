@@ -24,10 +24,12 @@ from .errors import CleanerError
 __all__ = [
     "BROKER_SETTINGS",
     "TOPIC_SETTINGS",
+    "CleanerSettings",
     "SettingError",
     "SettingSource",
     "Settings",
     "TopicSettings",
+    "broker_attribute",
     "parse_size",
 ]
 
@@ -297,12 +299,74 @@ class TopicSettings:
         )
 
 
+def broker_attribute(name: str) -> str:
+    """The `CleanerSettings` attribute of broker setting `name`: the Kafka name without its `log.cleaner.`
+    prefix, dots made underscores (`log.cleaner.threads` → `threads`, `log.dirs` → `log_dirs`)."""
+    return name.removeprefix("log.cleaner.").replace(".", "_")
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerSettings:
+    """The broker-level settings, typed: one attribute per name of `BROKER_SETTINGS` (`broker_attribute`).
+
+    Built once per `Settings` (its `cleaner`) from the resolved broker values, defaults filled in and derived
+    values (`log.retention.ms`, `log.retention.check.interval.ms`) derived; code reads a broker setting here,
+    never by its name. `from_broker` takes exactly the table's names, so a setting added to the table without
+    an attribute here (or the reverse) fails the first `Settings` built, and `tests/cleaner/test_settings.py`
+    compares the two.
+    """
+
+    log_dirs: tuple[str, ...]  # log.dirs
+    metadata_log_dir: str | None  # metadata.log.dir (None: the first of log.dirs, as Kafka)
+    enable: bool  # log.cleaner.enable
+    threads: int  # log.cleaner.threads
+    dedupe_buffer_size: int  # log.cleaner.dedupe.buffer.size (across all threads)
+    io_buffer_load_factor: float  # log.cleaner.io.buffer.load.factor
+    io_buffer_size: int  # log.cleaner.io.buffer.size
+    io_max_bytes_per_second: float  # log.cleaner.io.max.bytes.per.second
+    backoff_ms: int  # log.cleaner.backoff.ms
+    message_max_bytes: int  # message.max.bytes
+    producer_id_expiration_ms: int  # producer.id.expiration.ms
+    log_retention_check_interval_ms: int  # log.retention.check.interval.ms (derived from the next when unset)
+    log_cleanup_interval_mins: int | None  # log.cleanup.interval.mins
+    log_cleanup_policy: tuple[str, ...]  # log.cleanup.policy
+    min_cleanable_ratio: float  # log.cleaner.min.cleanable.ratio
+    min_compaction_lag_ms: int  # log.cleaner.min.compaction.lag.ms
+    max_compaction_lag_ms: int  # log.cleaner.max.compaction.lag.ms
+    delete_retention_ms: int  # log.cleaner.delete.retention.ms
+    log_segment_bytes: int  # log.segment.bytes
+    log_index_size_max_bytes: int  # log.index.size.max.bytes
+    log_index_interval_bytes: int  # log.index.interval.bytes
+    log_segment_delete_delay_ms: int  # log.segment.delete.delay.ms
+    log_roll_ms: int  # log.roll.ms
+    log_retention_ms: int  # log.retention.ms (derived from the next two when unset)
+    log_retention_minutes: int | None  # log.retention.minutes
+    log_retention_hours: int  # log.retention.hours
+    log_retention_bytes: int  # log.retention.bytes
+    log_preallocate: bool  # log.preallocate
+    verify: bool  # log.cleaner.verify (logcleaner's own)
+    mode: str  # log.cleaner.mode (logcleaner's own)
+    generation_ratio: float  # log.cleaner.generation.ratio (logcleaner's own)
+    selection_policy: str  # log.cleaner.selection.policy (logcleaner's own)
+    survivorship_alpha: float  # log.cleaner.survivorship.alpha (logcleaner's own)
+    survivorship_backstop_ratio: float  # log.cleaner.survivorship.backstop.ratio (logcleaner's own)
+
+    @classmethod
+    def from_broker(cls, broker: Mapping[str, Any]) -> "CleanerSettings":
+        """The typed view of `broker`, which holds a value for every name of `BROKER_SETTINGS` and no other."""
+        if set(broker) != set(BROKER_SETTINGS):
+            missing, unknown = sorted(set(BROKER_SETTINGS) - set(broker)), sorted(set(broker) - set(BROKER_SETTINGS))
+            raise ValueError(f"broker settings: missing {missing}, not settings {unknown}")
+        return cls(**{broker_attribute(name): value for name, value in broker.items()})
+
+
 @dataclass(frozen=True)
 class Settings:
     """Broker-level values plus per-topic overrides, validated once at construction.
 
-    `broker` maps broker setting names to typed values (defaults filled in); `topics` maps a topic name
-    to its overrides by topic setting name. Unknown names raise `SettingError`.
+    `broker` maps broker setting names to typed values (defaults filled in); `cleaner` holds the same values
+    as typed attributes (`CleanerSettings`), which is how code reads them; `topics` maps a topic name to its
+    overrides by topic setting name (read through `topic()`). Unknown names raise `SettingError`.
     """
 
     broker: Mapping[str, Any] = field(default_factory=dict)
@@ -314,6 +378,10 @@ class Settings:
     cluster_topics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # KRaft topic configs
     cluster_label: str | None = None  # "KRaft metadata in <dir>" when `with_cluster` added them
     broker_file: str | None = None  # the server.properties read, if any
+    cleaner: CleanerSettings = field(init=False, repr=False, compare=False)  # `broker`, typed
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cleaner", CleanerSettings.from_broker(self.broker))
 
     @classmethod
     def from_mappings(
@@ -428,7 +496,7 @@ class Settings:
         return None
 
     def _check_relations(self) -> None:
-        threads = self.broker["log.cleaner.threads"]
+        threads = self.cleaner.threads
         for topic in [None, *self.topics, *self.cluster_topics]:
             t = self.topic(topic or "")
             if t.min_compaction_lag_ms > t.max_compaction_lag_ms:
@@ -436,10 +504,10 @@ class Settings:
                     "min.compaction.lag.ms", t.min_compaction_lag_ms,
                     f"must not exceed max.compaction.lag.ms ({t.max_compaction_lag_ms})",
                 )
-        per_thread = self.broker["log.cleaner.dedupe.buffer.size"] // threads
+        per_thread = self.cleaner.dedupe_buffer_size // threads
         if per_thread < 48:
             raise SettingError(
-                "log.cleaner.dedupe.buffer.size", self.broker["log.cleaner.dedupe.buffer.size"],
+                "log.cleaner.dedupe.buffer.size", self.cleaner.dedupe_buffer_size,
                 f"must give each of the {threads} cleaner thread(s) at least 48 bytes (two 24-byte map slots)",
             )
 

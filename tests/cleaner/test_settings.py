@@ -3,12 +3,24 @@ key, the value and the allowed range; per-topic resolution; the TOML file; Kafka
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
+import cleaner
 from cleaner.config_file import ConfigFileError, load_config, read_server_properties
-from cleaner.settings import BROKER_SETTINGS, TOPIC_SETTINGS, SettingError, Settings, parse_size
+from cleaner.settings import (
+    BROKER_SETTINGS,
+    TOPIC_SETTINGS,
+    CleanerSettings,
+    SettingError,
+    Settings,
+    broker_attribute,
+    parse_size,
+)
 
 LONG_MAX = 2**63 - 1
 
@@ -309,3 +321,80 @@ def test_log_cleanup_interval_mins_is_an_alias_of_the_retention_check_interval()
     assert Settings.from_mappings({}).broker["log.retention.check.interval.ms"] == 300_000
     with pytest.raises(SettingError, match="log.cleanup.interval.mins"):
         Settings.from_mappings({"log.cleanup.interval.mins": 0})
+
+
+# ---- the broker settings, typed (Settings.cleaner) ---------------------------------------------------------
+
+_ANNOTATIONS = {"int": "int", "float": "float", "bool": "bool", "list": "tuple[str, ...]", "str": "str"}
+
+
+def test_every_broker_setting_of_the_table_has_one_typed_attribute_and_no_attribute_is_extra():
+    attributes = {f.name for f in dataclasses.fields(CleanerSettings)}
+    by_attribute = {broker_attribute(name): name for name in BROKER_SETTINGS}
+    assert len(by_attribute) == len(BROKER_SETTINGS), "two settings share an attribute name"
+    assert set(by_attribute) == attributes, (f"settings without an attribute: "
+                                             f"{sorted(n for a, n in by_attribute.items() if a not in attributes)}; "
+                                             f"attributes without a setting: {sorted(attributes - set(by_attribute))}")
+
+
+@pytest.mark.parametrize("name", sorted(BROKER_SETTINGS))
+def test_each_typed_attribute_has_the_type_of_its_setting(name):
+    setting = BROKER_SETTINGS[name]
+    annotation = {f.name: f.type for f in dataclasses.fields(CleanerSettings)}[broker_attribute(name)]
+    expected = _ANNOTATIONS[setting.kind] + (" | None" if setting.default is None else "")
+    assert annotation == expected
+
+
+def test_the_typed_attributes_hold_the_resolved_values_derived_ones_included():
+    s = settings({"log.cleaner.threads": "4", "log.dirs": "/a,/b", "metadata.log.dir": "/meta",
+                  "log.cleaner.verify": "true", "log.cleaner.selection.policy": "survivorship",
+                  "log.retention.hours": 2, "log.cleanup.interval.mins": 3})
+    for name in BROKER_SETTINGS:
+        assert getattr(s.cleaner, broker_attribute(name)) == s.broker[name], name
+    assert (s.cleaner.threads, s.cleaner.log_dirs, s.cleaner.metadata_log_dir) == (4, ("/a", "/b"), "/meta")
+    assert s.cleaner.verify is True and s.cleaner.selection_policy == "survivorship"
+    assert (s.cleaner.log_retention_ms, s.cleaner.log_retention_check_interval_ms) == (7_200_000, 180_000)
+    assert settings().cleaner.metadata_log_dir is None
+    assert s.with_overrides({"log.cleaner.threads": 2}).cleaner.threads == 2  # every copy is typed afresh
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.cleaner.threads = 8  # type: ignore[misc]
+
+
+def test_the_typed_settings_take_exactly_the_names_of_the_table():
+    broker = dict(settings().broker)
+    with pytest.raises(ValueError, match="missing"):
+        CleanerSettings.from_broker({k: v for k, v in broker.items() if k != "log.cleaner.threads"})
+    with pytest.raises(ValueError, match="not settings"):
+        CleanerSettings.from_broker({**broker, "log.cleaner.new.knob": 1})
+
+
+# Where a broker setting may be read by its name: the table and what parses files into it.
+_NAME_READERS = {"settings.py", "setting_use.py", "config_file.py"}
+
+
+def _reads_by_name(path: Path) -> list[str]:
+    """`<...>broker["name"]` and `<...>broker.get("name")` in `path`."""
+    def is_broker(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Name) and node.id == "broker") or (
+            isinstance(node, ast.Attribute) and node.attr == "broker")
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Subscript) and is_broker(node.value) and isinstance(node.slice, ast.Constant):
+            found.append(f"{path.name}:{node.lineno}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and is_broker(node.func.value)):
+            found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_no_code_reads_a_broker_setting_by_its_name():
+    package = Path(cleaner.__file__).parent
+    reads = [r for path in sorted(package.glob("*.py")) if path.name not in _NAME_READERS for r in _reads_by_name(path)]
+    assert reads == [], f"read the typed attribute (settings.cleaner.<name>) instead: {reads}"
+
+
+def test_the_check_for_reads_by_name_sees_one(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text('def f(settings, broker):\n    return settings.broker["log.cleaner.threads"], broker.get("log.dirs")\n')
+    assert _reads_by_name(probe) == ["probe.py:2", "probe.py:2"]
