@@ -7,7 +7,7 @@ each row the test asserts what an operator must get:
 
 * no Python traceback, on either stream;
 * exactly one line on stderr (the error, or for an empty but valid directory the line saying nothing was found);
-* the exit code the README documents: 0 (nothing wrong: an empty log dir), 1 (the data: an unreadable or
+* the exit code docs/cli.md documents: 0 (nothing wrong: an empty log dir), 1 (the data: an unreadable or
   corrupt file, a daemon that cannot be reached), 2 (the command line);
 * no file changed (names, sizes, modes and mtimes of the whole tree; a `clean` may leave its lock files, which
   are empty and which it creates on every run).

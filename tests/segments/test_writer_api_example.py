@@ -1,4 +1,4 @@
-"""The README's writer API example runs as written (with its directory moved under a temporary path)."""
+"""The writer API example of docs/design.md runs as written (with its directory moved under a temporary path)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ import io
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
 
 
-def test_the_readme_writer_example_runs_and_prints_what_it_says(tmp_path):
-    text = README.read_text()
+def test_the_documented_writer_example_runs_and_prints_what_it_says(tmp_path):
+    text = DESIGN.read_text()
     marker = text.index("<!-- writer-api-example")
     code = re.search(r"```python\n(.*?)```", text[marker:], re.S).group(1)
     code = code.replace("/var/lib/logs", str(tmp_path))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, str(README), "exec"), {})
+        exec(compile(code, str(DESIGN), "exec"), {})
     assert out.getvalue().splitlines() == [
         "3",
         "0 b'alice' b'{\"plan\": \"pro\"}'",
