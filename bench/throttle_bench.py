@@ -1,7 +1,7 @@
 """The daemon's shared I/O budget (issue 23): how fast `logcleaner run` cleans under
 `log.cleaner.io.max.bytes.per.second`, with 1, 2 and 4 cleaner threads, against one unthrottled run and `cp -r`.
 
-The budget is one per device, shared by every cleaner thread and charged before each chunk of I/O (README,
+The budget is one per device, shared by every cleaner thread and charged before each chunk of I/O (docs/design.md,
 "The I/O budget"): over any L seconds a device sees at most budget x (L + WINDOW_S) of cleaning I/O, whatever
 the thread count. In one run:
 
