@@ -6,12 +6,19 @@ phase's `assemble_batches` (verbatim copies, empty headers and uncompressed v2 r
 record's timestamp delta when a rebuilt batch gets a new base timestamp: the first kept record's, or the delete
 horizon). Every other field of a record is copied byte for byte. Inputs are trusted: they come from a scan
 that already validated the records.
+
+It decides what a rebuilt header says, not how it is laid out: headers are written by the codec's
+`segments.codec._header_kernels.write_v2_header`, and every size, flag and mask here is a
+`segments.codec.format` name.
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+
+from segments.codec import format as fmt
+from segments.codec._header_kernels import write_v2_header
 
 __all__ = ["assemble_batches", "copy_records", "mark_offsets", "offsets_marked", "rebase_records"]
 
@@ -108,34 +115,10 @@ def copy_records(src, record_pos, record_size, out):
     return o
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _put_be(out, pos, value, width):
-    for k in range(width - 1, -1, -1):
-        out[pos + k] = np.uint8(value & 0xFF)
-        value >>= 8
-
-
 ACTION_DROP = 0
 ACTION_VERBATIM = 1
 ACTION_REBUILD = 2
 ACTION_EMPTY = 3
-
-
-@numba.njit(cache=True, nogil=True)
-def _write_header(out, hp, base_offset, length, ple, attributes, last_delta, base_ts, max_ts, pid, epoch, seq, count):
-    _put_be(out, hp, base_offset, 8)
-    _put_be(out, hp + 8, length, 4)
-    _put_be(out, hp + 12, ple, 4)
-    out[hp + 16] = 2
-    _put_be(out, hp + 17, 0, 4)  # CRC, filled in by the caller
-    _put_be(out, hp + 21, attributes, 2)
-    _put_be(out, hp + 23, last_delta, 4)
-    _put_be(out, hp + 27, base_ts, 8)
-    _put_be(out, hp + 35, max_ts, 8)
-    _put_be(out, hp + 43, pid, 8)
-    _put_be(out, hp + 51, epoch, 2)
-    _put_be(out, hp + 53, seq, 4)
-    _put_be(out, hp + 57, count, 4)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -170,20 +153,20 @@ def assemble_batches(
             out_pos += size
             continue
         if a == ACTION_EMPTY:
-            attrs = attributes[i] & ~(0x07 | 0x40)
-            _write_header(out, out_pos, base_offset[i], 49, ple[i], attrs, last_offset[i] - base_offset[i], -1,
-                          max_ts[i], pid[i], epoch[i], seq[i], 0)
+            attrs = attributes[i] & ~(fmt.COMPRESSION_MASK | fmt.DELETE_HORIZON_FLAG)
+            write_v2_header(out, out_pos, base_offset[i], fmt.BATCH_LENGTH_MIN_V2, ple[i], attrs,
+                            last_offset[i] - base_offset[i], fmt.NO_TIMESTAMP, max_ts[i], pid[i], epoch[i], seq[i], 0)
             out_batch_pos[n_out] = out_pos
             out_batch_last[n_out] = last_offset[i]
             out_batch_max_ts[n_out] = max_ts[i]
             out_needs_crc[n_out] = True
             n_out += 1
-            out_pos += 61
+            out_pos += fmt.RECORD_BATCH_OVERHEAD
             continue
-        if magic[i] != 2 or (attributes[i] & 0x07) != 0:
+        if magic[i] != fmt.MAGIC_V2 or (attributes[i] & fmt.COMPRESSION_MASK) != 0:
             return i, out_pos, n_out
         attrs = attributes[i]
-        log_append_time = (attrs & 0x08) != 0
+        log_append_time = (attrs & fmt.TIMESTAMP_TYPE_MASK) != 0
         first = -1
         count = 0
         largest = np.int64(-(2**63))
@@ -198,12 +181,12 @@ def assemble_batches(
             base = horizon[i]
         elif needs_horizon[i]:
             base = new_horizon
-            attrs |= 0x40
+            attrs |= fmt.DELETE_HORIZON_FLAG
         else:
             base = timestamp[first]
         new_max = max_ts[i] if log_append_time else largest
         hp = out_pos
-        o = hp + 61
+        o = hp + fmt.RECORD_BATCH_OVERHEAD
         buf = arena if in_arena[i] else src
         raw = (not log_append_time) and base == base_ts[i]
         for r in range(record_start[i], record_start[i + 1]):
@@ -225,8 +208,8 @@ def assemble_batches(
             o = _write_varint(out, o + 1, delta)
             out[o : o + rest] = buf[after_ts:end]
             o += rest
-        _write_header(out, hp, base_offset[i], o - hp - 12, ple[i], attrs, last_offset[i] - base_offset[i], base,
-                      new_max, pid[i], epoch[i], seq[i], count)
+        write_v2_header(out, hp, base_offset[i], o - hp - fmt.LOG_OVERHEAD, ple[i], attrs,
+                        last_offset[i] - base_offset[i], base, new_max, pid[i], epoch[i], seq[i], count)
         out_batch_pos[n_out] = hp
         out_batch_last[n_out] = last_offset[i]
         out_batch_max_ts[n_out] = new_max

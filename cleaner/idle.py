@@ -18,7 +18,7 @@ from segments.codec import format as fmt
 from segments.codec.errors import LockTimeoutError, SegmentError
 from segments.files.names import parse_segment_file_name
 from segments.files.pathcheck import check_partition_dir
-from segments.files.segment import peek_header
+from segments.files.segment import read_header_at
 from segments.partition.log import LogConfig, PartitionLog
 
 __all__ = ["maintain_idle_logs", "roll_if_idle"]
@@ -51,12 +51,12 @@ def roll_if_idle(directory, *, max_compaction_lag_ms: int, now_ms: int, config: 
     base, st = active
     if now_ms - st.st_mtime_ns // 1_000_000 < max_compaction_lag_ms:
         return False
-    with open(os.path.join(directory, fmt.offset_file_name(base, fmt.LOG_SUFFIX)), "rb") as f:
-        head = os.pread(f.fileno(), fmt.RECORD_BATCH_OVERHEAD, 0)
-    try:
-        first_ts = peek_header(head, 0).max_timestamp
-    except SegmentError:
-        return False
+    path = os.path.join(directory, fmt.offset_file_name(base, fmt.LOG_SUFFIX))
+    with open(path, "rb") as f:
+        try:
+            first_ts = read_header_at(f.fileno(), 0, path).max_timestamp
+        except SegmentError:
+            return False
     if first_ts >= 0 and now_ms - first_ts < max_compaction_lag_ms:
         return False
     try:

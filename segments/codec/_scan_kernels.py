@@ -7,7 +7,10 @@ completed before the bad one. `segments.codec.scan` turns that record into a typ
 read-only views, so every kernel is compiled for exactly one array type and the on-disk cache is hit by every
 later process.
 
-Byte layouts come from `segments.codec.format` (module-level ints are compile-time constants for numba).
+Byte layouts come from `segments.codec.format`: every header field is read at its `fmt.*_OFFSET` (plain ints,
+which numba freezes as compile-time constants), with the reader of its `fmt.*_BYTES` width; the module asserts
+those widths at import, and tests/segments/test_header_layout.py checks `parse_headers` against `fmt.BATCH_V2`.
+The header *writer* of compiled code is `segments.codec._header_kernels.write_v2_header`.
 """
 
 from __future__ import annotations
@@ -17,22 +20,19 @@ import numpy as np
 
 from . import format as fmt
 
-# ---- layout constants, as plain ints for numba ---------------------------------------------------------------
-_LOG_OVERHEAD = fmt.LOG_OVERHEAD
-_PREFIX_BYTES = fmt.HEADER_SIZE_UP_TO_MAGIC
-_MAGIC_OFFSET = fmt.MAGIC_OFFSET
-_V2_OVERHEAD = fmt.RECORD_BATCH_OVERHEAD
-_V2_LENGTH_MIN = fmt.BATCH_LENGTH_MIN_V2
-_LEGACY_SIZE_MIN_V0 = fmt.LEGACY_MESSAGE_SIZE_MIN[0]
-_LEGACY_SIZE_MIN_V1 = fmt.LEGACY_MESSAGE_SIZE_MIN[1]
-_LEGACY_CRC_OFFSET = fmt.LEGACY_CRC_OFFSET
-_LEGACY_ATTRIBUTES_OFFSET = fmt.LEGACY_MAGIC_OFFSET + 1
-_COMPRESSION_MASK = fmt.COMPRESSION_MASK
-_TIMESTAMP_TYPE_MASK = fmt.TIMESTAMP_TYPE_MASK
+# ---- layout constants: `fmt.*` ints are used as they are; these are the ones numba cannot look up there -------
+_LEGACY_SIZE_MIN_V0 = fmt.LEGACY_MESSAGE_SIZE_MIN[fmt.MAGIC_V0]  # a dict: not a compile-time constant
+_LEGACY_SIZE_MIN_V1 = fmt.LEGACY_MESSAGE_SIZE_MIN[fmt.MAGIC_V1]
 _CODEC_MAX_V2 = fmt.COMPRESSION_ZSTD
-_CODEC_MAX_LEGACY = fmt.COMPRESSION_LZ4
-_VARINT_BYTES_MAX = fmt.VARINT_BYTES_MAX
-_VARLONG_BYTES_MAX = fmt.VARLONG_BYTES_MAX
+_CODEC_MAX_LEGACY = fmt.LEGACY_COMPRESSION_MAX
+# Each field is read by the primitive of its width (`_u8`, `_i16`, `_u32` / `_i32`, `_i64` below): if format.py
+# ever changed a width, the reads would be wrong, so say so at import.
+assert (fmt.BASE_OFFSET_BYTES, fmt.LENGTH_BYTES, fmt.PARTITION_LEADER_EPOCH_BYTES, fmt.MAGIC_BYTES) == (8, 4, 4, 1)
+assert (fmt.CRC_BYTES, fmt.ATTRIBUTES_BYTES, fmt.LAST_OFFSET_DELTA_BYTES, fmt.BASE_TIMESTAMP_BYTES) == (4, 2, 4, 8)
+assert (fmt.MAX_TIMESTAMP_BYTES, fmt.PRODUCER_ID_BYTES, fmt.PRODUCER_EPOCH_BYTES) == (8, 8, 2)
+assert (fmt.BASE_SEQUENCE_BYTES, fmt.RECORDS_COUNT_BYTES) == (4, 4)
+assert (fmt.LEGACY_CRC_BYTES, fmt.LEGACY_ATTRIBUTES_BYTES, fmt.LEGACY_TIMESTAMP_BYTES) == (4, 1, 8)
+assert fmt.LEGACY_LENGTH_BYTES == 4
 # The smallest v2 record: length, attributes, timestampDelta, offsetDelta, keyLength, valueLength and
 # headersCount, one byte each. It bounds recordsCount by the bytes present before anything is allocated.
 RECORD_BYTES_MIN = 7
@@ -157,7 +157,7 @@ def _varint(d, p, end):
 def _varint_slow(d, p, end):
     z = np.int64(0)
     shift = 0
-    for i in range(_VARINT_BYTES_MAX):
+    for i in range(fmt.VARINT_BYTES_MAX):
         if p + i >= end:
             return np.int64(0), np.int64(-1)
         b = np.int64(d[np.uint64(p + i)])
@@ -188,11 +188,11 @@ def _varlong(d, p, end):
 def _varlong_slow(d, p, end):
     z = np.int64(0)
     shift = 0
-    for i in range(_VARLONG_BYTES_MAX):
+    for i in range(fmt.VARLONG_BYTES_MAX):
         if p + i >= end:
             return np.int64(0), np.int64(-1)
         b = np.int64(d[np.uint64(p + i)])
-        if i == _VARLONG_BYTES_MAX - 1 and (b & 0x7F) > 1:  # bits past 64
+        if i == fmt.VARLONG_BYTES_MAX - 1 and (b & 0x7F) > 1:  # bits past 64
             return np.int64(0), np.int64(-2)
         z |= (b & 0x7F) << shift
         if b < 0x80:
@@ -219,30 +219,30 @@ def _parse_legacy(d, p, end):
     Returns (code, error index, size incl. overhead, magic, attributes, timestamp, key index, key length,
     value index, value length, detail); code is OK or an E_LEGACY_* code.
     """
-    size = _i32(d, p + 8) + _LOG_OVERHEAD
-    magic = _u8(d, p + _MAGIC_OFFSET)
-    attributes = _u8(d, p + _LEGACY_ATTRIBUTES_OFFSET)
-    size_min = (_LEGACY_SIZE_MIN_V1 if magic == 1 else _LEGACY_SIZE_MIN_V0) + _LOG_OVERHEAD
+    size = _i32(d, p + fmt.LENGTH_OFFSET) + fmt.LOG_OVERHEAD
+    magic = _u8(d, p + fmt.MAGIC_OFFSET)
+    attributes = _u8(d, p + fmt.LEGACY_ATTRIBUTES_OFFSET)
+    size_min = (_LEGACY_SIZE_MIN_V1 if magic == fmt.MAGIC_V1 else _LEGACY_SIZE_MIN_V0) + fmt.LOG_OVERHEAD
     z = np.int64(0)
     if size < size_min:
-        return E_LEGACY_SIZE_MIN, p + 8, size, magic, attributes, z, z, z, z, z, size_min
-    if attributes & _COMPRESSION_MASK > _CODEC_MAX_LEGACY:
-        return E_LEGACY_CODEC, p + _LEGACY_ATTRIBUTES_OFFSET, size, magic, attributes, z, z, z, z, z, z
-    q = p + _LEGACY_ATTRIBUTES_OFFSET + 1
+        return E_LEGACY_SIZE_MIN, p + fmt.LENGTH_OFFSET, size, magic, attributes, z, z, z, z, z, size_min
+    if attributes & fmt.COMPRESSION_MASK > _CODEC_MAX_LEGACY:
+        return E_LEGACY_CODEC, p + fmt.LEGACY_ATTRIBUTES_OFFSET, size, magic, attributes, z, z, z, z, z, z
+    q = p + fmt.LEGACY_KEY_LENGTH_OFFSET_V0
     timestamp = np.int64(-1)
-    if magic == 1:
-        timestamp = _i64(d, q)
-        q += 8
+    if magic == fmt.MAGIC_V1:
+        timestamp = _i64(d, p + fmt.LEGACY_TIMESTAMP_OFFSET)
+        q = p + fmt.LEGACY_KEY_LENGTH_OFFSET_V1
     message_end = p + size
     key_length = _i32(d, q)
-    if key_length < -1 or q + 4 + max(key_length, 0) + 4 > message_end:
+    if key_length < -1 or q + fmt.LEGACY_LENGTH_BYTES + max(key_length, 0) + fmt.LEGACY_LENGTH_BYTES > message_end:
         return E_LEGACY_KEY_LENGTH, q, size, magic, attributes, timestamp, z, key_length, z, z, z
-    key_pos = q + 4
+    key_pos = q + fmt.LEGACY_LENGTH_BYTES
     q = key_pos + max(key_length, 0)
     value_length = _i32(d, q)
-    if value_length < -1 or q + 4 + max(value_length, 0) > message_end:
+    if value_length < -1 or q + fmt.LEGACY_LENGTH_BYTES + max(value_length, 0) > message_end:
         return E_LEGACY_VALUE_LENGTH, q, size, magic, attributes, timestamp, key_pos, key_length, z, value_length, z
-    value_pos = q + 4
+    value_pos = q + fmt.LEGACY_LENGTH_BYTES
     q = value_pos + max(value_length, 0)
     if q != message_end:
         return (E_LEGACY_TRAILING, q, size, magic, attributes, timestamp, key_pos, key_length, value_pos,
@@ -267,19 +267,19 @@ def count_batches(buf, start, end, info):
     info[INFO_TORN_BYTES] = -1
     while True:
         left = end - p
-        if left <= _PREFIX_BYTES:
+        if left <= fmt.HEADER_SIZE_UP_TO_MAGIC:
             if left > 0:
                 info[INFO_TORN] = 1
-                if left >= _LOG_OVERHEAD:
-                    length = _i32(buf, p + 8)
+                if left >= fmt.LOG_OVERHEAD:
+                    length = _i32(buf, p + fmt.LENGTH_OFFSET)
                     if length >= _LEGACY_SIZE_MIN_V0:
-                        info[INFO_TORN_BYTES] = length + _LOG_OVERHEAD
+                        info[INFO_TORN_BYTES] = length + fmt.LOG_OVERHEAD
             break
-        length = _i32(buf, p + 8)
+        length = _i32(buf, p + fmt.LENGTH_OFFSET)
         if length < _LEGACY_SIZE_MIN_V0:
-            _fail(info, E_LENGTH_MIN, p + 8, n, length, _LEGACY_SIZE_MIN_V0, 0)
+            _fail(info, E_LENGTH_MIN, p + fmt.LENGTH_OFFSET, n, length, _LEGACY_SIZE_MIN_V0, 0)
             break
-        size = length + _LOG_OVERHEAD
+        size = length + fmt.LOG_OVERHEAD
         if size > left:
             info[INFO_TORN] = 1
             info[INFO_TORN_BYTES] = size
@@ -304,46 +304,46 @@ def parse_headers(buf, start, n, hdr, info):
     """
     p = start
     for i in range(n):
-        length = _i32(buf, p + 8)
-        size = length + _LOG_OVERHEAD
-        magic = _u8(buf, p + _MAGIC_OFFSET)
+        length = _i32(buf, p + fmt.LENGTH_OFFSET)
+        size = length + fmt.LOG_OVERHEAD
+        magic = _u8(buf, p + fmt.MAGIC_OFFSET)
         row = hdr[i]
         row[COL_POSITION] = p
         row[COL_SIZE] = size
         row[COL_MAGIC] = magic
         row[COL_IN_ARENA] = 0
         row[COL_LEGACY_LAST_INNER] = -1
-        if magic == 2:
-            if length < _V2_LENGTH_MIN:
-                _fail(info, E_V2_LENGTH_MIN, p + 8, i, length, _V2_LENGTH_MIN, 0)
+        if magic == fmt.MAGIC_V2:
+            if length < fmt.BATCH_LENGTH_MIN_V2:
+                _fail(info, E_V2_LENGTH_MIN, p + fmt.LENGTH_OFFSET, i, length, fmt.BATCH_LENGTH_MIN_V2, 0)
                 return i
-            base_offset = _i64(buf, p)
-            row[COL_ATTRIBUTES] = _i16(buf, p + 21)
-            row[COL_LEADER_EPOCH] = _i32(buf, p + 12)
-            row[COL_CRC] = _u32(buf, p + 17)
+            base_offset = _i64(buf, p + fmt.BASE_OFFSET_OFFSET)
+            row[COL_ATTRIBUTES] = _i16(buf, p + fmt.ATTRIBUTES_OFFSET)
+            row[COL_LEADER_EPOCH] = _i32(buf, p + fmt.PARTITION_LEADER_EPOCH_OFFSET)
+            row[COL_CRC] = _u32(buf, p + fmt.CRC_OFFSET)
             row[COL_BASE_OFFSET] = base_offset
-            row[COL_LAST_OFFSET] = base_offset + _i32(buf, p + 23)
-            row[COL_BASE_TIMESTAMP] = _i64(buf, p + 27)
-            row[COL_MAX_TIMESTAMP] = _i64(buf, p + 35)
-            row[COL_PRODUCER_ID] = _i64(buf, p + 43)
-            row[COL_PRODUCER_EPOCH] = _i16(buf, p + 51)
-            row[COL_BASE_SEQUENCE] = _i32(buf, p + 53)
-            row[COL_RECORDS_COUNT] = _i32(buf, p + 57)
-            row[COL_RECORDS_POS] = p + _V2_OVERHEAD
-            row[COL_RECORDS_BYTES] = size - _V2_OVERHEAD
-        elif magic == 0 or magic == 1:
-            size_min = (_LEGACY_SIZE_MIN_V1 if magic == 1 else _LEGACY_SIZE_MIN_V0) + _LOG_OVERHEAD
+            row[COL_LAST_OFFSET] = base_offset + _i32(buf, p + fmt.LAST_OFFSET_DELTA_OFFSET)
+            row[COL_BASE_TIMESTAMP] = _i64(buf, p + fmt.BASE_TIMESTAMP_OFFSET)
+            row[COL_MAX_TIMESTAMP] = _i64(buf, p + fmt.MAX_TIMESTAMP_OFFSET)
+            row[COL_PRODUCER_ID] = _i64(buf, p + fmt.PRODUCER_ID_OFFSET)
+            row[COL_PRODUCER_EPOCH] = _i16(buf, p + fmt.PRODUCER_EPOCH_OFFSET)
+            row[COL_BASE_SEQUENCE] = _i32(buf, p + fmt.BASE_SEQUENCE_OFFSET)
+            row[COL_RECORDS_COUNT] = _i32(buf, p + fmt.RECORDS_COUNT_OFFSET)
+            row[COL_RECORDS_POS] = p + fmt.RECORD_BATCH_OVERHEAD
+            row[COL_RECORDS_BYTES] = size - fmt.RECORD_BATCH_OVERHEAD
+        elif magic == fmt.MAGIC_V0 or magic == fmt.MAGIC_V1:
+            size_min = (_LEGACY_SIZE_MIN_V1 if magic == fmt.MAGIC_V1 else _LEGACY_SIZE_MIN_V0) + fmt.LOG_OVERHEAD
             if size < size_min:
-                _fail(info, E_LEGACY_SIZE_MIN, p + 8, i, size, size_min, 0)
+                _fail(info, E_LEGACY_SIZE_MIN, p + fmt.LENGTH_OFFSET, i, size, size_min, 0)
                 return i
-            offset = _i64(buf, p)
-            row[COL_ATTRIBUTES] = _u8(buf, p + _LEGACY_ATTRIBUTES_OFFSET)
+            offset = _i64(buf, p + fmt.BASE_OFFSET_OFFSET)
+            row[COL_ATTRIBUTES] = _u8(buf, p + fmt.LEGACY_ATTRIBUTES_OFFSET)
             row[COL_LEADER_EPOCH] = -1
-            row[COL_CRC] = _u32(buf, p + _LEGACY_CRC_OFFSET)
+            row[COL_CRC] = _u32(buf, p + fmt.LEGACY_CRC_OFFSET)
             row[COL_BASE_OFFSET] = offset
             row[COL_LAST_OFFSET] = offset
             row[COL_BASE_TIMESTAMP] = -1
-            row[COL_MAX_TIMESTAMP] = _i64(buf, p + _LEGACY_ATTRIBUTES_OFFSET + 1) if magic == 1 else -1
+            row[COL_MAX_TIMESTAMP] = _i64(buf, p + fmt.LEGACY_TIMESTAMP_OFFSET) if magic == fmt.MAGIC_V1 else -1
             row[COL_PRODUCER_ID] = -1
             row[COL_PRODUCER_EPOCH] = -1
             row[COL_BASE_SEQUENCE] = -1
@@ -351,7 +351,7 @@ def parse_headers(buf, start, n, hdr, info):
             row[COL_RECORDS_POS] = p
             row[COL_RECORDS_BYTES] = size
         else:
-            _fail(info, E_MAGIC, p + _MAGIC_OFFSET, i, magic, 0, 0)
+            _fail(info, E_MAGIC, p + fmt.MAGIC_OFFSET, i, magic, 0, 0)
             return i
         p += size
     return n
@@ -371,24 +371,24 @@ def check_headers(buf, n, hdr, info):
         row = hdr[i]
         p = row[COL_POSITION]
         attributes = row[COL_ATTRIBUTES]
-        codec = attributes & _COMPRESSION_MASK
-        if row[COL_MAGIC] == 2:
+        codec = attributes & fmt.COMPRESSION_MASK
+        if row[COL_MAGIC] == fmt.MAGIC_V2:
             if codec > _CODEC_MAX_V2:
-                _fail(info, E_CODEC, p + 21, i, codec, attributes, 0)
+                _fail(info, E_CODEC, p + fmt.ATTRIBUTES_OFFSET, i, codec, attributes, 0)
                 return i
             last_offset_delta = row[COL_LAST_OFFSET] - row[COL_BASE_OFFSET]
             if last_offset_delta < 0:
-                _fail(info, E_LAST_OFFSET_DELTA, p + 23, i, last_offset_delta, 0, 0)
+                _fail(info, E_LAST_OFFSET_DELTA, p + fmt.LAST_OFFSET_DELTA_OFFSET, i, last_offset_delta, 0, 0)
                 return i
             count = row[COL_RECORDS_COUNT]
             if count < 0:
-                _fail(info, E_COUNT_NEGATIVE, p + 57, i, count, 0, 0)
+                _fail(info, E_COUNT_NEGATIVE, p + fmt.RECORDS_COUNT_OFFSET, i, count, 0, 0)
                 return i
             if count > last_offset_delta + 1:
-                _fail(info, E_COUNT_SLOTS, p + 57, i, count, last_offset_delta, 0)
+                _fail(info, E_COUNT_SLOTS, p + fmt.RECORDS_COUNT_OFFSET, i, count, last_offset_delta, 0)
                 return i
             if codec == 0 and count * RECORD_BYTES_MIN > row[COL_RECORDS_BYTES]:
-                _fail(info, E_COUNT_BYTES, p + 57, i, count, row[COL_RECORDS_BYTES], 0)
+                _fail(info, E_COUNT_BYTES, p + fmt.RECORDS_COUNT_OFFSET, i, count, row[COL_RECORDS_BYTES], 0)
                 return i
         else:
             size = row[COL_SIZE]
@@ -398,7 +398,7 @@ def check_headers(buf, n, hdr, info):
                 return i
             if codec:
                 if value_length < 0:
-                    _fail(info, E_LEGACY_NULL_WRAPPER, value_pos - 4, i, 0, 0, 0)
+                    _fail(info, E_LEGACY_NULL_WRAPPER, value_pos - fmt.LEGACY_LENGTH_BYTES, i, 0, 0, 0)
                     return i
                 row[COL_RECORDS_COUNT] = -1
                 row[COL_RECORDS_POS] = value_pos
@@ -422,17 +422,18 @@ def count_legacy_inner(arena, hdr, wrappers, info):
         count = 0
         last = np.int64(-1)
         while p < end:
-            if end - p < _LOG_OVERHEAD:
-                _fail(info, E_LEGACY_INNER_TRUNCATED, p, i, end - p, _LOG_OVERHEAD, 0)
+            if end - p < fmt.LOG_OVERHEAD:
+                _fail(info, E_LEGACY_INNER_TRUNCATED, p, i, end - p, fmt.LOG_OVERHEAD, 0)
                 return w
-            size = _i32(arena, p + 8) + _LOG_OVERHEAD
-            if size < _LEGACY_SIZE_MIN_V0 + _LOG_OVERHEAD:
-                _fail(info, E_LEGACY_INNER_SIZE_MIN, p + 8, i, size, _LEGACY_SIZE_MIN_V0 + _LOG_OVERHEAD, 0)
+            size = _i32(arena, p + fmt.LENGTH_OFFSET) + fmt.LOG_OVERHEAD
+            if size < _LEGACY_SIZE_MIN_V0 + fmt.LOG_OVERHEAD:
+                _fail(info, E_LEGACY_INNER_SIZE_MIN, p + fmt.LENGTH_OFFSET, i, size,
+                      _LEGACY_SIZE_MIN_V0 + fmt.LOG_OVERHEAD, 0)
                 return w
             if size > end - p:
                 _fail(info, E_LEGACY_INNER_TRUNCATED, p, i, end - p, size, 0)
                 return w
-            last = _i64(arena, p)
+            last = _i64(arena, p + fmt.BASE_OFFSET_OFFSET)
             count += 1
             p += size
         if count == 0:
@@ -455,7 +456,7 @@ def _walk_v2(d, i, row, r, info, offset, timestamp, key_pos, key_len, value_len,
     count = row[COL_RECORDS_COUNT]
     base_offset = row[COL_BASE_OFFSET]
     last_offset_delta = row[COL_LAST_OFFSET] - base_offset
-    log_append_time = (row[COL_ATTRIBUTES] & _TIMESTAMP_TYPE_MASK) != 0
+    log_append_time = (row[COL_ATTRIBUTES] & fmt.TIMESTAMP_TYPE_MASK) != 0
     base_timestamp = row[COL_BASE_TIMESTAMP]
     max_timestamp = row[COL_MAX_TIMESTAMP]
     previous_delta = np.int64(-1)
@@ -568,14 +569,14 @@ def _walk_legacy(d, i, row, r, info, offset, timestamp, key_pos, key_len, value_
     end = p + row[COL_RECORDS_BYTES]
     count = row[COL_RECORDS_COUNT]
     outer_magic = row[COL_MAGIC]
-    wrapper = (row[COL_ATTRIBUTES] & _COMPRESSION_MASK) != 0
+    wrapper = (row[COL_ATTRIBUTES] & fmt.COMPRESSION_MASK) != 0
     outer_offset = row[COL_LAST_OFFSET]
     outer_timestamp = row[COL_MAX_TIMESTAMP]
-    outer_log_append_time = outer_magic == 1 and (row[COL_ATTRIBUTES] & _TIMESTAMP_TYPE_MASK) != 0
+    outer_log_append_time = outer_magic == fmt.MAGIC_V1 and (row[COL_ATTRIBUTES] & fmt.TIMESTAMP_TYPE_MASK) != 0
     # v1 inner offsets are relative: absolute = outer - lastInner + inner; an outer offset of 0 (old
     # librdkafka) means base 0. v0 inner offsets are absolute.
     relative_base = np.int64(-1)
-    if wrapper and outer_magic == 1:
+    if wrapper and outer_magic == fmt.MAGIC_V1:
         last_inner = row[COL_LEGACY_LAST_INNER]
         if outer_offset == 0:
             relative_base = 0
@@ -592,12 +593,12 @@ def _walk_legacy(d, i, row, r, info, offset, timestamp, key_pos, key_len, value_
             return False
         if wrapper:
             if magic != outer_magic:
-                _fail(info, E_LEGACY_INNER_MAGIC, p + _MAGIC_OFFSET, i, magic, outer_magic, 0)
+                _fail(info, E_LEGACY_INNER_MAGIC, p + fmt.MAGIC_OFFSET, i, magic, outer_magic, 0)
                 return False
-            if attributes & _COMPRESSION_MASK:
-                _fail(info, E_LEGACY_INNER_COMPRESSED, p + _LEGACY_ATTRIBUTES_OFFSET, i, attributes, 0, 0)
+            if attributes & fmt.COMPRESSION_MASK:
+                _fail(info, E_LEGACY_INNER_COMPRESSED, p + fmt.LEGACY_ATTRIBUTES_OFFSET, i, attributes, 0, 0)
                 return False
-        stored = _i64(d, p)
+        stored = _i64(d, p + fmt.BASE_OFFSET_OFFSET)
         absolute = relative_base + stored if relative_base >= 0 else stored
         if k > 0 and absolute <= previous:
             _fail(info, E_LEGACY_INNER_ORDER, p, i, absolute, previous, 0)
@@ -630,7 +631,7 @@ def walk_records(buf, arena, hdr, n, record_start, info, offset, timestamp, key_
         row = hdr[i]
         d = arena if row[COL_IN_ARENA] else buf
         r = record_start[i]
-        if row[COL_MAGIC] == 2:
+        if row[COL_MAGIC] == fmt.MAGIC_V2:
             ok = _walk_v2(d, i, row, r, info, offset, timestamp, key_pos, key_len, value_len, record_pos,
                           record_size, batch_index)
         else:

@@ -7,6 +7,11 @@ it tells a torn tail from corruption. It decodes nothing itself beyond that pref
 reader, recovery and verify call it over bytes they read and add the path to its errors
 (`CorruptRecordError.located`).
 
+It also owns `peek_header`, the one reader of "the header of the batch at position P" for every magic: it
+needs only the header bytes (61 for v2, 18/26 for v0/v1), so the file layer preads just those
+(`segments.files.segment.read_header_at`, `LogSegment.header_at`), recovery reads a `.swap` file's headers
+with it, and `iter_batch_headers` below uses it for each batch it frames.
+
 **Torn tail versus corruption** (house style, item 10). At position `p` with `r = end - p` bytes left:
 
 * `r == 0`: the walk ends cleanly.
@@ -40,16 +45,16 @@ from collections.abc import Iterator
 from . import format as fmt
 from .compression import DECOMPRESSED_BYTES_MAX_DEFAULT
 from .errors import CorruptRecordError, TruncatedBatchError, UnsupportedFormatError
-from .legacy import decode_legacy_entry, decode_legacy_header
-from .records import BatchHeader, RecordBatch, decode_batch, decode_batch_header
+from .legacy import _legacy_header_fields, decode_legacy_entry
+from .records import BatchHeader, RecordBatch, _v2_header_fields, decode_batch
 
 __all__ = [
     "TAIL_RAISE",
     "TAIL_STOP",
     "decode_any_batch",
-    "decode_any_header",
     "iter_batch_headers",
     "iter_batches",
+    "peek_header",
     "read_next_offset",
 ]
 
@@ -57,6 +62,25 @@ TAIL_STOP = "stop"
 TAIL_RAISE = "raise"
 _TAIL_MODES = (TAIL_STOP, TAIL_RAISE)
 _LEGACY_MAGICS = (fmt.MAGIC_V0, fmt.MAGIC_V1)
+
+
+def peek_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    """The header of the batch of any magic at `pos`, decoded from its header bytes alone.
+
+    Requires nothing of the rest of the batch: `buf` may end right after the header (a file reader preads
+    `fmt.RECORD_BATCH_OVERHEAD` bytes). Ensures the checks a header can take without its body and CRC: for
+    v2 (`segments.codec.records`) batchLength ≥ 49, a codec ≤ 4, lastOffsetDelta ≥ 0 and recordsCount ≥ 0; for
+    any other magic, as a v0/v1 entry (`segments.codec.legacy`, see `decode_legacy_header` for the fields it
+    gives), magic 0 or 1, messageSize ≥ its magic's minimum and a codec ≤ 3. Raises `TruncatedBatchError`
+    when `buf` ends before the header does (fewer than 17 bytes, or than the magic's header), otherwise
+    `UnsupportedFormatError` / `CorruptRecordError`, positions relative to `buf`. Whether the whole batch fits
+    is the caller's check (`header.size_bytes`).
+    """
+    if pos + fmt.HEADER_SIZE_UP_TO_MAGIC > len(buf):
+        raise TruncatedBatchError(f"fewer than {fmt.HEADER_SIZE_UP_TO_MAGIC} bytes left", position=pos)
+    if buf[pos + fmt.MAGIC_OFFSET] == fmt.MAGIC_V2:
+        return _v2_header_fields(buf, pos)
+    return _legacy_header_fields(buf, pos)
 
 
 def _frame(view: memoryview, pos: int, end: int) -> tuple[int, int] | None:
@@ -113,8 +137,8 @@ def iter_batch_headers(
 ) -> Iterator[tuple[int, BatchHeader]]:
     """Yield `(position, header)` for each batch of any magic in `buf[start:end]`, in order.
 
-    Requires `start` to be the start of a batch. Headers only: no CRC check, no decompression (legacy
-    wrappers report their outer offset as both base and last offset, see `decode_legacy_header`).
+    Requires `start` to be the start of a batch. Headers only (`peek_header`): no CRC check, no decompression
+    (legacy wrappers report their outer offset as both base and last offset, see `decode_legacy_header`).
     Ensures each yielded batch lies wholly inside `[start, end)`. Torn tail and corruption: see the
     module docstring (`tail="stop"` ends silently, `tail="raise"` raises `TruncatedBatchError` at the
     torn batch's start). Raises `CorruptRecordError`/`UnsupportedFormatError` for corruption before the
@@ -128,9 +152,9 @@ def iter_batch_headers(
             if tail == TAIL_RAISE:
                 raise _torn_tail(view, pos, end)
             return
-        magic, size_bytes = frame
+        _, size_bytes = frame
         try:
-            header = decode_batch_header(view, pos) if magic == fmt.MAGIC_V2 else decode_legacy_header(view, pos)
+            header = peek_header(view, pos)  # the batch lies wholly in the view: `_frame` checked its size
         except TruncatedBatchError as exc:
             raise _as_corruption(exc) from None
         yield pos, header
@@ -176,24 +200,6 @@ def _decode_whole(view: memoryview, pos: int, verify_crc: bool, decompressed_byt
         raise _as_corruption(exc) from None
 
 
-def decode_any_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
-    """The header of the batch of any magic at `pos`, which must lie wholly inside `buf`.
-
-    For a reader that jumps to a known batch start (an index entry). Raises `TruncatedBatchError` if
-    the batch runs past the buffer (or fewer than 18 bytes are left), otherwise as `iter_batch_headers`.
-    """
-    view = memoryview(buf)
-    frame = _frame(view, pos, len(view))
-    if frame is None:
-        raise _torn_tail(view, pos, len(view))
-    try:
-        if frame[0] == fmt.MAGIC_V2:
-            return decode_batch_header(view, pos)
-        return decode_legacy_header(view, pos)
-    except TruncatedBatchError as exc:
-        raise _as_corruption(exc) from None
-
-
 def decode_any_batch(
     buf: bytes | memoryview,
     pos: int = 0,
@@ -201,7 +207,11 @@ def decode_any_batch(
     verify_crc: bool = True,
     decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX_DEFAULT,
 ) -> RecordBatch:
-    """The fully decoded batch of any magic at `pos`; errors as `decode_any_header` and `iter_batches`."""
+    """The fully decoded batch of any magic at `pos`, which must lie wholly inside `buf`.
+
+    For a reader that jumps to a known batch start (an index entry). Raises `TruncatedBatchError` if the batch
+    runs past the buffer (or 17 bytes or fewer are left), otherwise as `iter_batches`.
+    """
     view = memoryview(buf)
     frame = _frame(view, pos, len(view))
     if frame is None:

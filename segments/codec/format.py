@@ -4,13 +4,34 @@ This module owns every byte offset and field width of the formats in `docs/forma
 record batch v2 (section 1), legacy messages v0/v1 (section 2), index entries (section 3) and the
 file-name grammar. Other modules use these names and never spell a byte offset themselves. It does
 no I/O and holds no state.
+
+The struct layouts are the model: each header field's offset (`*_OFFSET`) and width (`*_BYTES`) is read
+off its layout once, at import, by `field_layout`, and kept as a plain int, so the compiled kernels
+(`segments.codec._scan_kernels`, `segments.codec._header_kernels`), for which numba freezes module-level
+ints as compile-time constants, use the same numbers as `struct`. The asserts below check that the layouts
+that share a prefix agree on it.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 
 import numpy as np
+
+
+def field_layout(layout: struct.Struct) -> tuple[tuple[int, int], ...]:
+    """(offset, width) in bytes of each field of a big-endian `struct` layout, in order (`4s` is one field)."""
+    assert layout.format[0] == ">", layout.format  # big-endian: no padding, so fields lie end to end
+    fields = []
+    offset = 0
+    for count, code in re.findall(r"(\d*)([a-zA-Z?])", layout.format[1:]):
+        width = struct.calcsize(f">{count}{code}")
+        fields.append((offset, width))
+        offset += width
+    assert offset == layout.size, layout.format
+    return tuple(fields)
+
 
 # ---- conventions -----------------------------------------------------------------------------------
 NO_TIMESTAMP = -1
@@ -20,17 +41,22 @@ NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 
 # ---- the 17-byte prefix every batch of every magic shares ---------------------------------------------
-LOG_OVERHEAD = 12  # baseOffset (8) + length (4); a batch's size is length + LOG_OVERHEAD
-HEADER_SIZE_UP_TO_MAGIC = 17  # a reader needs 17 bytes to know the magic
-MAGIC_OFFSET = 16
 PREFIX = struct.Struct(">qi")  # baseOffset, length (bytes after this field)
-LENGTH_OFFSET = 8  # the int32 length (v2 batchLength, v0/v1 messageSize)
 PREFIX_UP_TO_MAGIC = struct.Struct(
     ">q"  # 0  baseOffset (v2) / offset (v0, v1)
     "i"  # 8  length: bytes after this field
     "4s"  # 12 partitionLeaderEpoch (v2) / crc (v0, v1): meaning depends on the magic
     "b"  # 16 magic
 )
+LOG_OVERHEAD = PREFIX.size  # 12: baseOffset (8) + length (4); a batch's size is length + LOG_OVERHEAD
+HEADER_SIZE_UP_TO_MAGIC = PREFIX_UP_TO_MAGIC.size  # 17: a reader needs 17 bytes to know the magic
+(
+    (BASE_OFFSET_OFFSET, BASE_OFFSET_BYTES),  # 0, 8: the int64 baseOffset (v2) / offset (v0, v1)
+    (LENGTH_OFFSET, LENGTH_BYTES),  # 8, 4: the int32 length (v2 batchLength, v0/v1 messageSize)
+    _,
+    (MAGIC_OFFSET, MAGIC_BYTES),  # 16, 1
+) = field_layout(PREFIX_UP_TO_MAGIC)
+assert field_layout(PREFIX) == field_layout(PREFIX_UP_TO_MAGIC)[:2]
 # The smallest declared length of any magic (a v0 message with null key and value); Kafka's
 # FileLogInputStream rejects anything smaller as corrupt before it looks at the magic.
 LENGTH_MIN = 14
@@ -53,11 +79,23 @@ BATCH_V2 = struct.Struct(
     "i"  # 57 recordsCount
 )
 RECORD_BATCH_OVERHEAD = BATCH_V2.size  # 61
-PARTITION_LEADER_EPOCH_OFFSET = 12
-CRC_OFFSET = 17
-ATTRIBUTES_OFFSET = 21  # the CRC covers [ATTRIBUTES_OFFSET, end of batch)
-BASE_TIMESTAMP_OFFSET = 27
-RECORDS_COUNT_OFFSET = 57
+(
+    _,  # baseOffset: BASE_OFFSET_OFFSET, BASE_OFFSET_BYTES
+    _,  # batchLength: LENGTH_OFFSET, LENGTH_BYTES
+    (PARTITION_LEADER_EPOCH_OFFSET, PARTITION_LEADER_EPOCH_BYTES),
+    _,  # magic: MAGIC_OFFSET, MAGIC_BYTES
+    (CRC_OFFSET, CRC_BYTES),
+    (ATTRIBUTES_OFFSET, ATTRIBUTES_BYTES),  # the CRC covers [ATTRIBUTES_OFFSET, end of batch)
+    (LAST_OFFSET_DELTA_OFFSET, LAST_OFFSET_DELTA_BYTES),
+    (BASE_TIMESTAMP_OFFSET, BASE_TIMESTAMP_BYTES),
+    (MAX_TIMESTAMP_OFFSET, MAX_TIMESTAMP_BYTES),
+    (PRODUCER_ID_OFFSET, PRODUCER_ID_BYTES),
+    (PRODUCER_EPOCH_OFFSET, PRODUCER_EPOCH_BYTES),
+    (BASE_SEQUENCE_OFFSET, BASE_SEQUENCE_BYTES),
+    (RECORDS_COUNT_OFFSET, RECORDS_COUNT_BYTES),
+) = field_layout(BATCH_V2)
+assert field_layout(BATCH_V2)[:2] == field_layout(PREFIX)
+assert field_layout(BATCH_V2)[3] == (MAGIC_OFFSET, MAGIC_BYTES)
 BATCH_LENGTH_MIN_V2 = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD  # 49
 
 # attributes (int16; Kafka reads only the low byte)
@@ -111,14 +149,24 @@ LEGACY_HEADER = struct.Struct(
 )
 LEGACY_TIMESTAMP = struct.Struct(">q")  # v1 only, right after the attributes
 LEGACY_LENGTH = struct.Struct(">i")  # key and value lengths, -1 = null
-LEGACY_CRC_OFFSET = 12
-LEGACY_MAGIC_OFFSET = 16
+(
+    _,  # offset: BASE_OFFSET_OFFSET, BASE_OFFSET_BYTES
+    _,  # messageSize: LENGTH_OFFSET, LENGTH_BYTES
+    (LEGACY_CRC_OFFSET, LEGACY_CRC_BYTES),
+    (LEGACY_MAGIC_OFFSET, _),
+    (LEGACY_ATTRIBUTES_OFFSET, LEGACY_ATTRIBUTES_BYTES),
+) = field_layout(LEGACY_HEADER)
+assert field_layout(LEGACY_HEADER)[:2] == field_layout(PREFIX)
+assert field_layout(LEGACY_HEADER)[3] == (MAGIC_OFFSET, MAGIC_BYTES) and LEGACY_MAGIC_OFFSET == MAGIC_OFFSET
+LEGACY_TIMESTAMP_OFFSET = LEGACY_HEADER.size  # 18, v1 only
+LEGACY_TIMESTAMP_BYTES = LEGACY_TIMESTAMP.size
+LEGACY_LENGTH_BYTES = LEGACY_LENGTH.size
+LEGACY_KEY_LENGTH_OFFSET_V0 = LEGACY_HEADER.size  # 18: the int32 key length of a v0 message
+LEGACY_KEY_LENGTH_OFFSET_V1 = LEGACY_HEADER.size + LEGACY_TIMESTAMP.size  # 26: of a v1 message
+LEGACY_KEY_LENGTH_OFFSET = {0: LEGACY_KEY_LENGTH_OFFSET_V0, 1: LEGACY_KEY_LENGTH_OFFSET_V1}  # by magic
 LEGACY_MESSAGE_SIZE_MIN = {0: 14, 1: 22}
 LEGACY_COMPRESSION_MASK = 0x07
 LEGACY_TIMESTAMP_TYPE_MASK = 0x08
-LEGACY_ATTRIBUTES_OFFSET = 17
-LEGACY_TIMESTAMP_OFFSET = 18  # v1 only
-LEGACY_KEY_LENGTH_OFFSET = {0: 18, 1: 26}  # the int32 key length, by magic
 LEGACY_COMPRESSION_MAX = 3  # codecs 0..3 (none, gzip, snappy, lz4); zstd (4) is forbidden in v0/v1
 
 # ---- snappy xerial framing (section 1.6) -------------------------------------------------------------------

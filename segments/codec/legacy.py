@@ -11,7 +11,9 @@ can produce legacy data; they are not used to rewrite wrappers.
 
 Headers and batches use the shared `BatchHeader`/`RecordBatch`/`Record` types of `segments.codec.records`,
 so a log of mixed magics can be walked uniformly (`segments.codec.batches`). Fields v0/v1 lack hold the NO_*
-values. Errors carry byte positions relative to the buffer given; the file layer adds the path:
+values. The header of the entry at a position is read by `segments.codec.batches.peek_header`; this module
+holds its v0/v1 half (`_legacy_header_fields`), which `decode_legacy_header` also uses for an entry held
+whole. Errors carry byte positions relative to the buffer given; the file layer adds the path:
 `TruncatedBatchError` when the entry runs past the buffer (a torn tail at the end of a file),
 `UnsupportedFormatError` for a magic other than 0/1 or a codec outside 0..3, and `CorruptRecordError`
 for everything else.
@@ -31,7 +33,6 @@ from .records import BatchHeader, Record, RecordBatch
 __all__ = [
     "decode_legacy_entry",
     "decode_legacy_header",
-    "decode_legacy_header_fields",
     "encode_legacy_message",
     "encode_legacy_wrapper",
     "legacy_crc",
@@ -62,9 +63,10 @@ def decode_legacy_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
 
     Raises `TruncatedBatchError` if the header or the declared entry runs past the buffer,
     `UnsupportedFormatError` for a magic other than 0/1 or a codec outside 0..3 (4 is zstd, which v0/v1
-    forbid), and `CorruptRecordError` for a messageSize below 14 (v0) / 22 (v1).
+    forbid), and `CorruptRecordError` for a messageSize below 14 (v0) / 22 (v1). To read a header from its
+    header bytes alone, of any magic, use `segments.codec.batches.peek_header`.
     """
-    header = decode_legacy_header_fields(buf, pos)
+    header = _legacy_header_fields(buf, pos)
     end = len(buf)
     if pos + header.size_bytes > end:
         raise TruncatedBatchError(
@@ -74,10 +76,10 @@ def decode_legacy_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     return header
 
 
-def decode_legacy_header_fields(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+def _legacy_header_fields(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     """Like `decode_legacy_header`, but `buf` need only hold the header, not the rest of the entry.
 
-    For walking a file by reading headers alone (the twin of `records.decode_batch_header_fields`).
+    The magic-0/1 half of `segments.codec.batches.peek_header` (the twin of `records._v2_header_fields`).
     Needs 18 bytes at `pos` for v0 and 26 for v1 (the timestamp), else `TruncatedBatchError`; checks
     the magic, the minimum messageSize and the codec, not whether the entry fits in `buf`.
     """

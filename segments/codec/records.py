@@ -6,7 +6,9 @@ markers, the delete-horizon bit and empty batches. This is the *object* path, fo
 building batches; the cleaner's hot loop uses `segments.codec.scan` over the same bytes.
 
 `BatchHeader` is also the header type of legacy v0/v1 entries (`segments.codec.legacy`), so callers can walk
-a log of mixed magics uniformly; fields that v0/v1 lack hold the NO_* values.
+a log of mixed magics uniformly; fields that v0/v1 lack hold the NO_* values. The header of the batch at a
+position, whatever its magic, is read by `segments.codec.batches.peek_header`; this module holds its v2 half
+(`_v2_header_fields`), which `decode_batch_header` also uses for a batch held whole.
 
 Errors: `TruncatedBatchError` when the buffer ends inside a batch (the file layer turns this into "torn
 tail" at end of file), `CorruptRecordError` for everything else that is wrong, with the byte position
@@ -33,7 +35,6 @@ __all__ = [
     "batch_crc",
     "decode_batch",
     "decode_batch_header",
-    "decode_batch_header_fields",
     "decode_control_key",
     "decode_end_txn_marker",
     "encode_batch",
@@ -147,12 +148,13 @@ def batch_crc(buf: bytes | memoryview, pos: int, size_bytes: int) -> int:
 
 
 def decode_batch_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
-    """Decode and check the 61-byte header of the v2 batch at `pos`.
+    """Decode and check the 61-byte header of the v2 batch at `pos`, which must lie wholly in `buf`.
 
     Requires the magic byte to be 2 (callers dispatch on magic first). Checks lengths and the codec,
     not the CRC. Raises `TruncatedBatchError` if the header or the declared batch runs past the buffer.
+    To read a header from its header bytes alone, of any magic, use `segments.codec.batches.peek_header`.
     """
-    header = decode_batch_header_fields(buf, pos)
+    header = _v2_header_fields(buf, pos)
     end = len(buf)
     if pos + header.size_bytes > end:
         raise TruncatedBatchError(
@@ -162,11 +164,11 @@ def decode_batch_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     return header
 
 
-def decode_batch_header_fields(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+def _v2_header_fields(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     """Decode and check the 61-byte v2 header at `pos` when the buffer may hold only the header.
 
-    Like `decode_batch_header` but does not require the rest of the batch to be in `buf` (for
-    walking a file by reading headers alone).
+    The magic-2 half of `segments.codec.batches.peek_header` (the one reader of a header by position), and the
+    first step of `decode_batch_header`: it does not require the rest of the batch to be in `buf`.
     """
     end = len(buf)
     if pos + fmt.RECORD_BATCH_OVERHEAD > end:
@@ -178,7 +180,8 @@ def decode_batch_header_fields(buf: bytes | memoryview, pos: int = 0) -> BatchHe
                 raise UnsupportedFormatError(f"expected magic 2, found {magic}", position=pos + fmt.MAGIC_OFFSET)
             if batch_length < fmt.BATCH_LENGTH_MIN_V2:
                 raise CorruptRecordError(
-                    f"batch length {batch_length} is below the minimum {fmt.BATCH_LENGTH_MIN_V2}", position=pos + 8
+                    f"batch length {batch_length} is below the minimum {fmt.BATCH_LENGTH_MIN_V2}",
+                    position=pos + fmt.LENGTH_OFFSET,
                 )
         raise TruncatedBatchError(
             f"{end - pos} bytes left, a batch header needs {fmt.RECORD_BATCH_OVERHEAD}", position=pos
@@ -189,7 +192,8 @@ def decode_batch_header_fields(buf: bytes | memoryview, pos: int = 0) -> BatchHe
         raise UnsupportedFormatError(f"expected magic 2, found {header.magic}", position=pos + fmt.MAGIC_OFFSET)
     if header.batch_length < fmt.BATCH_LENGTH_MIN_V2:
         raise CorruptRecordError(
-            f"batch length {header.batch_length} is below the minimum {fmt.BATCH_LENGTH_MIN_V2}", position=pos + 8
+            f"batch length {header.batch_length} is below the minimum {fmt.BATCH_LENGTH_MIN_V2}",
+            position=pos + fmt.LENGTH_OFFSET,
         )
     if header.compression > fmt.COMPRESSION_ZSTD:
         raise UnsupportedFormatError(
@@ -197,9 +201,13 @@ def decode_batch_header_fields(buf: bytes | memoryview, pos: int = 0) -> BatchHe
             position=pos + fmt.ATTRIBUTES_OFFSET,
         )
     if header.last_offset_delta < 0:
-        raise CorruptRecordError(f"negative last offset delta {header.last_offset_delta}", position=pos + 23)
+        raise CorruptRecordError(
+            f"negative last offset delta {header.last_offset_delta}", position=pos + fmt.LAST_OFFSET_DELTA_OFFSET
+        )
     if header.records_count < 0:
-        raise CorruptRecordError(f"negative record count {header.records_count}", position=pos + 57)
+        raise CorruptRecordError(
+            f"negative record count {header.records_count}", position=pos + fmt.RECORDS_COUNT_OFFSET
+        )
     return header
 
 

@@ -6,8 +6,10 @@ recovering (re-validating every batch, rebuilding the indexes, cutting a torn ta
 files between the suffix states of the swap protocol (`.cleaned`, `.swap`, `.deleted`).
 
 It does not decide when to roll, which segments exist, or anything about other segments: that is
-`segments.partition.log`. It never spells a byte offset of the format itself: headers are decoded by
-`segments.codec.records` / `segments.codec.legacy`, whole buffers by `segments.codec.scan`.
+`segments.partition.log`. It never spells a byte offset of the format itself: the header of the batch at a
+file position is read by `read_header_at` (a pread of the header bytes, decoded by the codec's one header reader,
+`segments.codec.batches.peek_header`), whole batches by `segments.codec.records` / `segments.codec.legacy`, whole
+buffers by `segments.codec.scan`.
 
 Torn tail versus corruption (house rule 10): recovery treats an invalid final batch as a torn tail only
 when nothing but that batch (or zero bytes, from preallocation) follows its start; a bad batch that is
@@ -27,9 +29,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..codec import format as fmt
+from ..codec.batches import peek_header
 from ..codec.errors import CorruptRecordError, TruncatedBatchError
-from ..codec.legacy import decode_legacy_entry, decode_legacy_header, decode_legacy_header_fields
-from ..codec.records import BatchHeader, RecordBatch, decode_batch, decode_batch_header_fields
+from ..codec.legacy import decode_legacy_entry
+from ..codec.records import BatchHeader, RecordBatch, decode_batch
 from .fileio import DEFAULT_FILE_OPS, FileOps
 from .index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries
 from .txnindex import TransactionIndex
@@ -37,7 +40,7 @@ from .txnindex import TransactionIndex
 if TYPE_CHECKING:
     from ..codec.scan import ScanResult
 
-__all__ = ["LogSegment", "SegmentPaths", "segment_paths", "FetchData", "RecoveryResult"]
+__all__ = ["LogSegment", "SegmentPaths", "segment_paths", "FetchData", "RecoveryResult", "read_header_at"]
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +91,19 @@ class RecoveryResult:
     next_offset: int
 
 
-def peek_header(buf: bytes | memoryview, pos: int) -> BatchHeader:
-    """The header of the batch (any magic) at `pos`, needing only its header bytes in `buf`."""
-    if pos + fmt.HEADER_SIZE_UP_TO_MAGIC > len(buf):
-        raise TruncatedBatchError("fewer than 17 bytes left", position=pos)
-    magic = buf[pos + fmt.MAGIC_OFFSET]
-    if magic == fmt.MAGIC_V2:
-        return decode_batch_header_fields(buf, pos)
-    return decode_legacy_header(buf, pos)
+def read_header_at(fd: int, position: int, path: str | os.PathLike) -> BatchHeader:
+    """The header of the batch (any magic) at `position` of the open file `fd` (named `path`, for errors).
+
+    Reads only the header's bytes (one pread of `fmt.RECORD_BATCH_OVERHEAD`) and decodes them with
+    `segments.codec.batches.peek_header`, whose errors it raises placed in `path` at `position`:
+    `TruncatedBatchError` when the file ends inside the header. Whether the whole batch fits in the file is
+    the caller's check (`header.size_bytes`).
+    """
+    head = os.pread(fd, fmt.RECORD_BATCH_OVERHEAD, position)
+    try:
+        return peek_header(head, 0)
+    except CorruptRecordError as exc:
+        raise exc.located(path, position) from None
 
 
 class LogSegment:
@@ -260,18 +268,12 @@ class LogSegment:
         """The header of the batch at `position`, or None if no whole batch starts there (end or torn tail)."""
         if position + fmt.HEADER_SIZE_UP_TO_MAGIC >= self.size_bytes:
             return None  # 17 bytes or fewer: not even a torn batch can be told from them
-        head = self.pread(position, fmt.RECORD_BATCH_OVERHEAD)
         try:
-            # Header fields only: reading a legacy entry whole would allocate its declared size (up to 2 GiB
+            # Header bytes only: reading a legacy entry whole would allocate its declared size (up to 2 GiB
             # when corrupt) before knowing whether it fits the file.
-            if head[fmt.MAGIC_OFFSET] == fmt.MAGIC_V2:
-                header = decode_batch_header_fields(head, 0)
-            else:
-                header = decode_legacy_header_fields(head, 0)
+            header = read_header_at(self._fd, position, self.paths.log)
         except TruncatedBatchError:
             return None
-        except CorruptRecordError as exc:
-            raise exc.located(self.paths.log, position) from None
         if position + header.size_bytes > self.size_bytes:
             return None
         return header

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..codec import format as fmt
+from ..codec.batches import peek_header
 from ..codec.errors import CorruptRecordError
 from ..files.fileio import DEFAULT_FILE_OPS, FileOps
 from ..files.names import SegmentFileName, parse_segment_file_name
-from ..files.segment import peek_header
 
 __all__ = ["LeftoverPlan", "LeftoverRecovery", "plan_leftover_recovery", "recover_leftovers"]
 
@@ -84,10 +84,8 @@ def _swap_log_next_offset(path: Path, base_offset: int) -> int | None:
             _, length = fmt.PREFIX.unpack_from(head)
             if length < 0 or pos + fmt.LOG_OVERHEAD + length > size:
                 raise CorruptRecordError("a .swap file ends inside a batch", position=pos, path=path)
-            if head[fmt.MAGIC_OFFSET] != fmt.MAGIC_V2:
-                head = os.pread(f.fileno(), fmt.LOG_OVERHEAD + length, pos)
             try:
-                header = peek_header(head, 0)
+                header = peek_header(head, 0)  # the codec's one header reader: the header bytes are enough
             except CorruptRecordError as exc:
                 raise exc.located(path, pos) from None
             floor = base_offset if last_next is None else last_next

@@ -20,9 +20,9 @@ from segments.codec.batches import (
     TAIL_RAISE,
     TAIL_STOP,
     decode_any_batch,
-    decode_any_header,
     iter_batch_headers,
     iter_batches,
+    peek_header,
     read_next_offset,
 )
 from segments.codec.errors import CorruptRecordError, TruncatedBatchError, UnsupportedFormatError
@@ -169,13 +169,25 @@ def test_invalid_range_or_tail_mode_is_a_programming_error():
 
 def test_decode_any_reads_the_batch_at_a_known_position():
     for pos, entry in zip(MIXED_POSITIONS, MIXED):
-        assert decode_any_header(MIXED_BUF, pos) == _header_single(entry)
+        assert peek_header(MIXED_BUF, pos) == _header_single(entry)
         assert decode_any_batch(MIXED_BUF, pos) == _decode_single(entry)
+
+
+def test_peek_header_needs_only_the_header_bytes_of_any_magic():
+    for entry in MIXED:
+        header_bytes = fmt.RECORD_BATCH_OVERHEAD if entry[fmt.MAGIC_OFFSET] == fmt.MAGIC_V2 else (
+            fmt.LEGACY_KEY_LENGTH_OFFSET[entry[fmt.MAGIC_OFFSET]])
+        assert peek_header(entry[:header_bytes]) == _header_single(entry)
+        assert peek_header(b"xy" + entry[:header_bytes], 2) == _header_single(entry)
+        with pytest.raises(TruncatedBatchError):
+            peek_header(entry[: header_bytes - 1])
+    with pytest.raises(TruncatedBatchError, match="fewer than 17 bytes left"):
+        peek_header(MIXED[0][: fmt.HEADER_SIZE_UP_TO_MAGIC - 1])
 
 
 def test_decode_any_at_a_cut_batch_is_truncated():
     with pytest.raises(TruncatedBatchError):
-        decode_any_header(MIXED_BUF[:-1], MIXED_POSITIONS[-1])
+        decode_any_batch(MIXED_BUF[:-1], MIXED_POSITIONS[-1])
     with pytest.raises(TruncatedBatchError):
         decode_any_batch(MIXED_BUF[: MIXED_POSITIONS[-1] + 10], MIXED_POSITIONS[-1])
 
@@ -300,7 +312,7 @@ def test_a_whole_v2_batch_shorter_than_its_header_is_corrupt_not_a_torn_tail(bat
                     list(walk(buf, tail=tail))
                 assert not isinstance(info.value, TruncatedBatchError)
         with pytest.raises(CorruptRecordError) as info:
-            decode_any_header(buf, len(MIXED[0]))
+            peek_header(buf, len(MIXED[0]))
         assert not isinstance(info.value, TruncatedBatchError)
 
 

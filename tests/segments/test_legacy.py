@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from segments.codec import format as fmt
+from segments.codec.batches import peek_header
 from segments.codec.compression import compress
 from segments.codec.errors import CorruptRecordError, TruncatedBatchError, UnsupportedFormatError
 from segments.codec.legacy import (
     decode_legacy_entry,
     decode_legacy_header,
-    decode_legacy_header_fields,
     encode_legacy_message,
     encode_legacy_wrapper,
     legacy_crc,
@@ -330,9 +330,9 @@ def test_encoders_refuse_zstd_and_v0_timestamps():
 
 def test_header_fields_need_only_the_header_bytes():
     for entry, header_bytes in ((V6_V0, 18), (V6_V1, 26)):
-        assert decode_legacy_header_fields(entry[:header_bytes]) == decode_legacy_header(entry)
+        assert peek_header(entry[:header_bytes]) == decode_legacy_header(entry)
         with pytest.raises(TruncatedBatchError):
-            decode_legacy_header_fields(entry[: header_bytes - 1])
+            peek_header(entry[: header_bytes - 1])
         with pytest.raises(TruncatedBatchError):
             decode_legacy_header(entry[:header_bytes])
 
