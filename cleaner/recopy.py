@@ -469,8 +469,9 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stat
     view = memoryview(out.data)
     for j in np.nonzero(out.needs_crc[:count])[0].tolist():
         p = int(out.positions[j])
-        size = int.from_bytes(view[p + 8 : p + 12], "big") + fmt.LOG_OVERHEAD
-        view[p + fmt.CRC_OFFSET : p + fmt.CRC_OFFSET + 4] = batch_crc(view, p, size).to_bytes(4, "big")
+        _, length = fmt.PREFIX.unpack_from(view, p)
+        crc = batch_crc(view, p, fmt.LOG_OVERHEAD + length)
+        view[p + fmt.CRC_OFFSET : p + fmt.CRC_OFFSET + fmt.CRC_BYTES] = crc.to_bytes(fmt.CRC_BYTES, "big")
     stats.batches_copied_verbatim += int(np.count_nonzero(action == ACTION_VERBATIM))
     stats.batches_rebuilt += int(np.count_nonzero(action == ACTION_REBUILD))
     stats.batches_emptied += int(np.count_nonzero(action == ACTION_EMPTY))
