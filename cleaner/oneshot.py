@@ -5,10 +5,11 @@ them, never KRaft's `__cluster_metadata-0` nor `-delete`/`-future`/`-stray` dire
 (each one's log dir view and its policy by `cleaner.policy`'s rule: `plan_partitions`), and cleaning each
 one by its `cleanup.policy`: retention (`cleaner.retention`) of expired segments and segments below the
 log start first, then — compacted topics — rounds until the dirty section is done (a full offset map means
-several rounds) regardless of `min.cleanable.dirty.ratio`, then the delete-horizon passes Kafka would come
-back for (KIP-534: a kept tombstone or marker whose horizon has passed; `delete.retention.ms=0` makes the one
-the first pass stamps due at once), then `retention.bytes` on the compacted log. A failing partition does
-not stop the others; its outcome says why.
+several rounds) regardless of `min.cleanable.dirty.ratio`, each launched as the daemon's threads launch
+theirs (`cleaner.launch`), then the delete-horizon passes Kafka would come back for (KIP-534: a kept
+tombstone or marker whose horizon has passed; `delete.retention.ms=0` makes the one the first pass stamps
+due at once), then `retention.bytes` on the compacted log. A failing partition does not stop the others;
+its outcome says why.
 """
 
 from __future__ import annotations
@@ -20,17 +21,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from offsetmap import OffsetMap, per_thread_memory_bytes
+from offsetmap import OffsetMap
 from segments.codec.errors import LogStateError, SegmentError, display_path
 from segments.files.fileio import DEFAULT_FILE_OPS, FileOps
 from segments.files.pathcheck import describe_os_error, find_partition_dirs, partition_dir_name_problem
 from segments.files.readahead import WindowRing
 from segments.partition.log import Mode, PartitionLog, parse_partition_dir_name
 
-from . import survivorship
+from . import launch
 from .policy import NEVER_TOUCHED_TOPICS, ClusterView, TopicPolicy, cluster_view, resolve_policy
 from .retention import RetentionResult, apply_retention
-from .round import RoundResult, clean_round
+from .round import RoundResult
 from .settings import Settings
 from .survey import WINDOW_BYTES
 from .throttle import Throttle
@@ -181,9 +182,7 @@ def clean_partition(
     if policy is not None and policy.policy is not None:
         topic = dataclasses.replace(topic, cleanup_policy=policy.policy)
     if offset_map is None and topic.compact:
-        cleaner = settings.cleaner
-        memory = per_thread_memory_bytes(cleaner.dedupe_buffer_size, cleaner.threads)
-        offset_map = OffsetMap(memory, cleaner.io_buffer_load_factor)
+        offset_map = launch.thread_offset_map(settings.cleaner)
     config = topic.log_config()
     ring = WindowRing(WINDOW_BYTES)  # the rounds of a partition reuse one set of read buffers
     if throttle is None:
@@ -203,23 +202,12 @@ def clean_partition(
             start = forced_from
             horizon_passes = 0
             for _ in range(ROUNDS_MAX if topic.compact else 0):
-                result = clean_round(
-                    plog,
-                    topic,
-                    offset_map,
-                    now_ms=now_ms,
-                    producer_expiration_ms=settings.cleaner.producer_id_expiration_ms,
-                    forced_from=start,
-                    forced_to=forced_to,
-                    dry_run=dry_run,
+                result = launch.launch_round(
+                    plog, topic, settings.cleaner, offset_map, throttle, lambda: now_ms,
+                    ring=ring, on_bytes=on_bytes, forced_from=start, forced_to=forced_to, dry_run=dry_run,
                     horizon_pass=True,
-                    on_bytes=on_bytes,
-                    ring=ring,
-                    verify=settings.cleaner.verify,
-                    charge_io=throttle.acquire,
                 )
                 outcome.rounds.append(result)
-                survivorship.record_round(directory, result, settings.cleaner.survivorship_alpha)
                 if once or dry_run:
                     break
                 if not result.done and result.end_offset > result.first_dirty:

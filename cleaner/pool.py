@@ -2,13 +2,15 @@
 
 Owns `log.cleaner.threads` threads, each with its own offset map, looping: ask the manager for the
 filthiest log, open it in cleaner mode, run one round under the shared per-device I/O throttle, report the
-outcome. Before each selection, once per `log.retention.check.interval.ms` across the threads, a thread runs
-the retention pass over every log (`cleaner.retention`: the `delete` policy, and segments below the log
-start); a `compact,delete` log also gets it right after each of its rounds, as in Kafka. A thread with nothing
-to clean does the idle-log maintenance (`cleaner.idle`) and waits `log.cleaner.backoff.ms`. With
-`log.cleaner.enable` false the threads only run retention, as Kafka's log manager does without a cleaner.
-Every read and write of a round is charged, before it is done, to the budget of the log dir's device
-(`cleaner.throttle`); a thread waiting there wakes at once when the pool stops. Outcomes:
+outcome; the thread's offset map and the round itself (under the throttle, its survivorship recorded after
+it) are `cleaner.launch`'s, the path `logcleaner clean` takes too. Before each selection, once per
+`log.retention.check.interval.ms` across the threads, a thread runs the retention pass over every log
+(`cleaner.retention`: the `delete` policy, and segments below the log start); a `compact,delete` log also
+gets it right after each of its rounds, as in Kafka. A thread with nothing to clean does the idle-log
+maintenance (`cleaner.idle`) and waits `log.cleaner.backoff.ms`. With `log.cleaner.enable` false the threads
+only run retention, as Kafka's log manager does without a cleaner. Every read and write of a round is
+charged, before it is done, to the budget of the log dir's device (`cleaner.throttle`); a thread waiting
+there wakes at once when the pool stops. Outcomes:
 
 * success → the manager records it (the round wrote the checkpoint);
 * an abort (shutdown, pause) at a window boundary → the round removed its `.cleaned` files; nothing else;
@@ -26,17 +28,17 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from offsetmap import OffsetMap, per_thread_memory_bytes
+from offsetmap import OffsetMap
 from segments.codec.errors import LockTimeoutError, LogDirOwnedError
 from segments.files.readahead import WindowRing
 from segments.partition.log import PartitionLog
 
-from . import survivorship
+from . import launch
 from .idle import maintain_idle_logs
 from .manager import Candidate, CleanerManager
 from .metrics import CleanerMetrics
 from .retention import apply_retention
-from .round import CleaningAbortedError, clean_round
+from .round import CleaningAbortedError
 from .settings import TopicSettings
 from .survey import WINDOW_BYTES
 from .throttle import DeviceThrottles
@@ -144,9 +146,9 @@ class CleanerPool:
             if index >= self.threads_wanted:
                 return
             cleaner = self.manager.settings.cleaner
-            memory = per_thread_memory_bytes(cleaner.dedupe_buffer_size, cleaner.threads)
+            memory = launch.thread_map_bytes(cleaner)
             if offset_map is None or memory != map_memory:
-                offset_map = OffsetMap(memory, cleaner.io_buffer_load_factor)
+                offset_map = launch.thread_offset_map(cleaner)
                 map_memory = memory
             try:
                 # due or not, whatever there is to clean: a busy cleaner must not starve the delete policy
@@ -218,26 +220,14 @@ class CleanerPool:
         def on_bytes(n: int, direction: str) -> None:
             self.metrics.record_io(n, direction)
 
-        def charge_io(n: int) -> None:  # before each read and write, on the thread doing it; may abort
-            throttle.acquire(n, check_abort=check_abort)
-
         topic = self.manager.topic_settings(candidate.topic, candidate.log_dir)
         config = topic.log_config()
         try:
             log.info("cleaning dir=%s reason=%s dirty_ratio=%.3f", directory, candidate.reason, candidate.dirty_ratio)
             with PartitionLog.open(Path(directory), mode="cleaner", config=config, lock_timeout_s=_LOCK_WAIT_S) as plog:
-                result = clean_round(
-                    plog,
-                    topic,
-                    offset_map,
-                    now_ms=self.clock_ms(),
-                    producer_expiration_ms=self.manager.settings.cleaner.producer_id_expiration_ms,
-                    force_recopy=candidate.force_recopy,
-                    check_abort=check_abort,
-                    on_bytes=on_bytes,
-                    ring=ring,
-                    verify=self.manager.settings.cleaner.verify,
-                    charge_io=charge_io,
+                result = launch.launch_round(
+                    plog, topic, self.manager.settings.cleaner, offset_map, throttle, self.clock_ms,
+                    ring=ring, check_abort=check_abort, on_bytes=on_bytes, force_recopy=candidate.force_recopy,
                 )
                 if "delete" in topic.cleanup_policy and not result.dry_run:
                     # Kafka's cleaner thread, too, deletes a compact,delete log's old segments after cleaning it
@@ -245,7 +235,6 @@ class CleanerPool:
                         self._apply_retention(directory, plog, topic, self.clock_ms())
                     except Exception:  # noqa: BLE001 - the round itself succeeded; the next pass retries
                         log.exception("retention after cleaning failed dir=%s", directory)
-            survivorship.record_round(directory, result, self.manager.settings.cleaner.survivorship_alpha)
             self.manager.done_cleaning(directory, result, result.next_delete_horizon_ms)
             self.metrics.record_round(index, result)
         except CleaningAbortedError:

@@ -1,0 +1,91 @@
+"""Launching one cleaning round: the one path by which the daemon's threads (`cleaner.pool`) and
+`logcleaner clean` (`cleaner.oneshot`) run a round.
+
+Owns what a round takes from the broker-level settings (`Settings.cleaner`) and what follows every round, the
+same for both callers:
+
+* the offset map of a cleaner thread (`thread_offset_map`): `log.cleaner.dedupe.buffer.size` shared by
+  `log.cleaner.threads` (`offsetmap.per_thread_memory_bytes`), filled up to `log.cleaner.io.buffer.load.factor`;
+* `launch_round`: the clock read once, at the start; one `cleaner.round.clean_round` with
+  `producer.id.expiration.ms` and `log.cleaner.verify`, every read and write charged beforehand to the I/O
+  throttle of the partition's device (whose wait ends with the caller's abort check); then the round's
+  survivorship folded into its log dir's record (`log.cleaner.survivorship.alpha`).
+
+What differs stays with the callers: the daemon's pool picks the log, opens it for each round, aborts at
+shutdown, applies retention after a `compact,delete` round and reports to the manager and the metrics;
+`clean` opens a partition once for all its rounds, applies retention around them, decides whether another
+round is due and reports the partition's outcome. `tests/cleaner/test_launch.py` checks that both go through
+`launch_round`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from offsetmap import OffsetMap, per_thread_memory_bytes
+from segments.files.readahead import WindowRing
+from segments.partition.log import PartitionLog
+
+from . import survivorship
+from .round import RoundResult, clean_round
+from .settings import CleanerSettings, TopicSettings
+from .throttle import Throttle
+
+__all__ = ["launch_round", "thread_map_bytes", "thread_offset_map"]
+
+
+def thread_map_bytes(cleaner: CleanerSettings) -> int:
+    """The offset-map memory of one cleaner thread: `log.cleaner.dedupe.buffer.size` / `log.cleaner.threads`."""
+    return per_thread_memory_bytes(cleaner.dedupe_buffer_size, cleaner.threads)
+
+
+def thread_offset_map(cleaner: CleanerSettings) -> OffsetMap:
+    """A cleaner thread's offset map (`thread_map_bytes`), filled up to `log.cleaner.io.buffer.load.factor`;
+    a thread reuses it round after round."""
+    return OffsetMap(thread_map_bytes(cleaner), cleaner.io_buffer_load_factor)
+
+
+def _never_aborted() -> None:
+    return None
+
+
+def launch_round(
+    log_: PartitionLog,
+    topic: TopicSettings,
+    cleaner: CleanerSettings,
+    offset_map: OffsetMap,
+    throttle: Throttle,
+    clock_ms: Callable[[], int],
+    *,
+    ring: WindowRing,
+    check_abort: Callable[[], None] | None = None,
+    on_bytes: Callable[[int, str], None] = lambda n, direction: None,
+    forced_from: int | None = None,
+    forced_to: int | None = None,
+    dry_run: bool = False,
+    force_recopy: bool = False,
+    horizon_pass: bool = False,
+) -> RoundResult:
+    """One round of `log_` (open in cleaner mode, or as a reader for a `dry_run`) with `topic`'s settings and
+    the broker-level `cleaner` settings; see the module docstring. The keyword arguments are
+    `cleaner.round.clean_round`'s. Raises what `clean_round` raises; the survivorship is recorded only after
+    a round that succeeded (and never for a dry run)."""
+    result = clean_round(
+        log_,
+        topic,
+        offset_map,
+        now_ms=clock_ms(),
+        producer_expiration_ms=cleaner.producer_id_expiration_ms,
+        forced_from=forced_from,
+        forced_to=forced_to,
+        dry_run=dry_run,
+        force_recopy=force_recopy,
+        horizon_pass=horizon_pass,
+        check_abort=check_abort or _never_aborted,
+        on_bytes=on_bytes,
+        ring=ring,
+        verify=cleaner.verify,
+        charge_io=lambda n: throttle.acquire(n, check_abort=check_abort),
+    )
+    survivorship.record_round(log_.directory, result, cleaner.survivorship_alpha)
+    return result
