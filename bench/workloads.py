@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from segments import format as fmt  # noqa: E402
+from segments.codec import format as fmt  # noqa: E402
 from segments.codec.compression import compress  # noqa: E402
 from segments.codec.records import encode_control_batch  # noqa: E402
 from segments.codec.varint import encode_varint  # noqa: E402
