@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -236,6 +237,7 @@ def admin(operation: str, partition: str, url: str | None, config_path: Path | N
         raise click.BadParameter(f"{partition!r} is not a partition (<topic>-<partition>): {problem}",
                                  param_hint="'PARTITION'")
     url, configured_token_file = _daemon_address(url, config_path)
+    token: bytes | None
     try:
         if token_file is not None:
             token = read_token_file(token_file)
@@ -261,7 +263,7 @@ def _daemon_address(url: str | None, config_path: Path | None) -> tuple[str, Pat
     if url is not None:
         _check_url(url)
     if config_path is None:
-        return url or client_url(SERVER_DEFAULTS["listen"]), None
+        return url or client_url(str(SERVER_DEFAULTS["listen"])), None
     from .admin_token import AdminTokenError, resolve_token_file
     from .config_file import ConfigFileError, load_config
 
@@ -361,7 +363,7 @@ def _exit_if_no_partition(paths, partitions: list[Path], refused: list) -> None:
     sys.exit(0)
 
 
-def _no_partition_line(paths, refused: list = ()) -> str:
+def _no_partition_line(paths, refused: Sequence = ()) -> str:
     """The one line every command says when valid directories hold no partition."""
     from segments.codec.errors import display_path
     from segments.files.pathcheck import partition_dir_name_problem
@@ -474,7 +476,7 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     """Clean partition directories, or every partition of log directories, by their cleanup.policy.
 
     Each topic's policy comes from --set / the config file, else the cluster's KRaft metadata, else Kafka's
-    internal topics, else the broker level (see the README, "Cleanup policies"); a partition directory
+    internal topics, else the broker level (see docs/configuration.md, "Cleanup policies"); a partition directory
     named on the command line is compacted when nothing else decides. When a topic's policy is unknown,
     nothing is changed and the command exits 2, naming the line that decides it. compact cleans until the
     dirty range is done; delete removes inactive segments past retention.ms / retention.bytes and advances
