@@ -1,10 +1,15 @@
-"""Where a round may clean: the first dirty offset, the first uncleanable offset, and the dirty ratio.
+"""Where a partition may be cleaned: the first dirty offset, the first uncleanable offset, the dirty ratio.
 
 Owns Kafka's `LogCleanerManager.cleanableOffsets` and `LogToClean` arithmetic for one partition: the first
 dirty offset (the checkpoint, reset to the log start when out of range), the bounds past which nothing may
 be cleaned (the active segment, the high watermark, the first open transaction, segments still inside
-`min.compaction.lag.ms`), rounded down to a segment base, and the clean/cleanable byte counts whose ratio
-ranks logs. Pure arithmetic over a `LogSurvey`; no I/O.
+`min.compaction.lag.ms`), rounded down to a segment base, the clean/cleanable byte counts whose ratio
+ranks logs (clean bytes: the segments below the first dirty offset; cleanable bytes: those of
+[first dirty, first uncleanable); ratio = cleanable / (clean + cleanable)), and how overdue the log is by
+`max.compaction.lag.ms`. One function, `cleanable_range`, for the daemon's selection (`cleaner.manager`,
+from the facts `segments.partition.facts` reads cheaply) and for every round (`cleaner.round`, from its
+survey's facts), so that a log is selected only for what a round may clean. Pure arithmetic over
+`LogFacts`; no I/O.
 """
 
 from __future__ import annotations
@@ -12,10 +17,13 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+from segments.partition.facts import LogFacts
+
 from .settings import TopicSettings
-from .survey import LogSurvey
 
 __all__ = ["CleanableRange", "cleanable_range"]
+
+_LONG_MAX = 2**63 - 1  # max.compaction.lag.ms unset
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +37,7 @@ class CleanableRange:
     cleanable_bytes: int
     checkpoint_was_reset: bool
     bound: str  # what set first_uncleanable: "active segment", "high watermark", ...
+    compaction_delay_ms: int = 0  # how long past max.compaction.lag.ms its oldest cleanable dirty batch is (0: not)
 
     @property
     def dirty_ratio(self) -> float:
@@ -41,23 +50,24 @@ class CleanableRange:
 
 
 def cleanable_range(
-    survey: LogSurvey,
+    facts: LogFacts,
     topic: TopicSettings,
     *,
     log_start_offset: int,
     now_ms: int,
     checkpoint: int | None,
-    high_watermark: int | None = None,
     forced_from: int | None = None,
     forced_to: int | None = None,
 ) -> CleanableRange:
-    """The dirty section of a log given its survey, settings, clock, checkpoint and high watermark.
+    """The dirty section of a log given its facts (segments, high watermark, first unstable offset),
+    settings, clock and checkpoint.
 
     `forced_from`/`forced_to` replace the checkpoint and add an upper bound (`--from-offset`,
     `--to-offset`); the safety bounds (active segment, high watermark, open transactions) still apply,
     `min.compaction.lag.ms` does not.
     """
-    segments = survey.segments
+    segments = facts.segments
+    high_watermark = facts.high_watermark
     log_end = segments[-1].next_offset if segments else log_start_offset
     reset = False
     if forced_from is not None:
@@ -74,7 +84,7 @@ def cleanable_range(
         bounds.append((segments[-1].base_offset, "active segment"))
     if high_watermark is not None:
         bounds.append((high_watermark, "high watermark"))
-    unstable = survey.first_unstable_offset(high_watermark)
+    unstable = facts.first_unstable_offset
     if unstable is not None:
         bounds.append((unstable, "open transaction"))
     if forced_to is not None:
@@ -100,6 +110,12 @@ def cleanable_range(
     cleanable_bytes = sum(
         s.size_bytes for s in segments if s.base_offset < first_uncleanable and s.next_offset > first_dirty
     )
+    delay = 0
+    if topic.max_compaction_lag_ms < _LONG_MAX:  # Kafka's maxCompactionDelay, over the cleanable dirty segments
+        firsts = [s.first_batch_timestamp for s, after in zip(segments, segments[1:])
+                  if after.base_offset > first_dirty and s.base_offset < first_uncleanable and s.first_batch_timestamp > 0]
+        if firsts:
+            delay = max(0, now_ms - topic.max_compaction_lag_ms - min(firsts))
     return CleanableRange(
-        log_start_offset, first_dirty, first_uncleanable, clean_bytes, cleanable_bytes, reset, bound
+        log_start_offset, first_dirty, first_uncleanable, clean_bytes, cleanable_bytes, reset, bound, delay
     )

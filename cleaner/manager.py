@@ -1,9 +1,12 @@
 """The cleaner manager: every partition's state, and which log a free thread cleans next.
 
 Owns what Kafka's `LogCleanerManager` owns, under one lock: discovering partition directories under the
-log dirs (new and removed ones are noticed at every pass), estimating each log's dirty ratio and
-compaction delay cheaply (directory listing, file sizes, the last time-index entry and first batch header
-of dirty segments; no log is held open), picking the filthiest eligible log (ratio above
+log dirs (new and removed ones are noticed at every pass), estimating each log's cleanable range, dirty
+ratio and compaction delay with the function a round uses (`cleaner.cleanable.cleanable_range`, so a log is
+selected only for what a round may clean: an open transaction bounds both) from the facts segments/ reads
+about its files cheaply (`segments.partition.facts`: each segment file's headers walked once while it does
+not change, an active segment's only where it grew; no log is held open, no lock taken), picking the
+filthiest eligible log (ratio above
 `min.cleanable.dirty.ratio`, or overdue by `max.compaction.lag.ms`, or triggered by an operator, or keeping
 a tombstone or marker whose delete horizon has passed, as its last round reported), and the per-partition
 state machine: idle → in progress → idle,
@@ -15,7 +18,9 @@ log whose tombstones or markers wait only for a second pass is selected again on
 and only while one has passed (a round reports only horizons a later pass can act on, `cleaner.recopy`); a
 log dir whose files raise an I/O error goes offline alone; concurrent cleanings are spread over devices.
 
-It never cleans and never touches segment files; the pool's threads do (see `cleaner.pool`).
+It never cleans and never reads or writes segment or index bytes itself: it lists and stats partition
+directories, reads the log dir's checkpoint files, and asks `segments.partition.facts` about the rest; the
+pool's threads clean (see `cleaner.pool`).
 """
 
 from __future__ import annotations
@@ -33,18 +38,19 @@ from segments.codec import format as fmt
 from segments.codec.errors import SegmentError
 from segments.files import pathcheck
 from segments.files.names import parse_segment_file_name
-from segments.files.segment import LogSegment, peek_header
 from segments.partition.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
 )
+from segments.partition.facts import FactsCache
 from segments.partition.locks import log_dir_owner
 from segments.partition.log import parse_partition_dir_name, update_log_dir_checkpoint
 from segments.tools.kraft import METADATA_PARTITION
 
 from . import survivorship
+from .cleanable import cleanable_range
 from .errors import CleanerError
 from .policy import (
     NEVER_TOUCHED_TOPICS,
@@ -66,7 +72,6 @@ log = logging.getLogger(__name__)
 UNCLEANABLE_RETRY_MS_DEFAULT = 60 * 60 * 1000
 UNCLEANABLE_RETRY_MS_MAX = 24 * 60 * 60 * 1000
 DISK_FULL_RETRY_MS_DEFAULT = 60_000  # a round that ran out of space is retried after this, doubling per failure
-_LONG_MAX = 2**63 - 1
 
 
 class PartitionState(enum.Enum):
@@ -161,14 +166,6 @@ class PartitionStatus:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class _SegmentFacts:
-    base_offset: int
-    size_bytes: int
-    largest_timestamp: int  # from the time index's last entry, else the file's mtime (Kafka's fallback)
-    path: Path
-
-
 def _fingerprint(directory: Path) -> tuple:
     """What changes when a partition's inactive segment files change (names, sizes, mtimes).
 
@@ -204,48 +201,17 @@ def _metadata_signature(log_dir: Path, settings: Settings) -> tuple:
     return tuple(out)
 
 
-def _segment_facts(directory: Path) -> list[_SegmentFacts]:
-    # Links are not followed, and a FIFO, socket or device named like a segment file is not opened (opening a
-    # FIFO blocks the selecting thread for good): the partition becomes uncleanable, naming the file.
-    pathcheck.check_partition_dir(directory)
-    facts = []
-    for name in os.listdir(directory):
-        parsed = parse_segment_file_name(name)
-        if parsed is None or parsed.kind != fmt.LOG_SUFFIX or parsed.state:
-            continue
-        path = directory / name
-        st = os.stat(path)
-        largest = st.st_mtime_ns // 1_000_000
-        tindex = directory / fmt.offset_file_name(parsed.offset, fmt.TIME_INDEX_SUFFIX)
-        try:
-            tsize = os.stat(tindex).st_size
-            if tsize >= fmt.TIME_INDEX_ENTRY.size and tsize % fmt.TIME_INDEX_ENTRY.size == 0:
-                with open(tindex, "rb") as f:
-                    ts, _ = fmt.TIME_INDEX_ENTRY.unpack(os.pread(f.fileno(), fmt.TIME_INDEX_ENTRY.size, tsize - 12))
-                if ts > 0:
-                    largest = ts
-        except FileNotFoundError:
-            pass
-        facts.append(_SegmentFacts(parsed.offset, st.st_size, largest, path))
-    facts.sort(key=lambda f: f.base_offset)
-    return facts
+class _CheckpointReads:
+    """The log dirs' checkpoint files as read during one selection pass: each file once, not once per partition."""
 
+    def __init__(self) -> None:
+        self._read: dict[tuple[Path, str], dict[tuple[str, int], int]] = {}
 
-def _first_batch_timestamp(path: Path) -> int:
-    with open(path, "rb") as f:
-        head = os.pread(f.fileno(), fmt.RECORD_BATCH_OVERHEAD, 0)
-    try:
-        return peek_header(head, 0).max_timestamp if head[fmt.MAGIC_OFFSET : fmt.MAGIC_OFFSET + 1] == b"\x02" else -1
-    except (SegmentError, IndexError):
-        return -1
-
-
-def _log_end_offset(directory: Path, active_base: int) -> int:
-    segment = LogSegment(directory, active_base)
-    try:
-        return segment.read_next_offset()
-    finally:
-        segment.close()
+    def read(self, log_dir: Path, name: str) -> dict[tuple[str, int], int]:
+        entries = self._read.get((log_dir, name))
+        if entries is None:
+            entries = self._read[(log_dir, name)] = read_offset_checkpoint(log_dir / name)
+        return entries
 
 
 class CleanerManager:
@@ -276,6 +242,7 @@ class CleanerManager:
         self.last_selection_ms: int | None = None
         self.max_dirty_percent = 0.0
         self.max_compaction_delay_ms = 0
+        self._facts = FactsCache()  # each segment file's facts, read once while it does not change
 
     # ---- discovery ----------------------------------------------------------------------------------
 
@@ -330,6 +297,7 @@ class CleanerManager:
                 if directory not in found and self.partitions[directory].state != PartitionState.IN_PROGRESS:
                     log.info("partition removed dir=%s", directory)
                     del self.partitions[directory]
+                    self._facts.forget(directory)
             for directory, (log_dir, topic, partition) in found.items():
                 if directory not in self.partitions:
                     log.info("partition discovered dir=%s", directory)
@@ -405,61 +373,34 @@ class CleanerManager:
 
     # ---- estimating -----------------------------------------------------------------------------------
 
-    def _estimate(self, status: PartitionStatus, now_ms: int) -> None:
-        """Refresh a partition's dirty ratio, range and compaction delay from its files (cheap)."""
+    def _estimate(self, status: PartitionStatus, now_ms: int, checkpoints: _CheckpointReads) -> None:
+        """Refresh a partition's cleanable range, dirty ratio and compaction delay: `cleanable_range`, the
+        function a round uses, over the cheap facts `segments.partition.facts` reads of its files."""
         topic = self.topic_settings(status.topic, status.log_dir)
-        pathcheck.check_partition_dir(status.directory)  # no link is followed, not even to estimate
-        facts = _segment_facts(status.directory)
-        if not facts:
-            status.dirty_ratio, status.cleanable_bytes, status.total_bytes = 0.0, 0, 0
-            return
         root = status.log_dir
         key = (status.topic, status.partition)
-        log_start = max(facts[0].base_offset, read_offset_checkpoint(root / LOG_START_OFFSET_CHECKPOINT).get(key, 0))
-        active = facts[-1]
-        log_end = _log_end_offset(status.directory, active.base_offset)
-        checkpoint = read_offset_checkpoint(root / CLEANER_OFFSET_CHECKPOINT).get(key)
-        first_dirty = log_start if checkpoint is None else checkpoint
-        if checkpoint is not None and not log_start <= checkpoint <= log_end:
+        # Links are not followed, and a FIFO, socket or device named like a segment file is not opened (opening a
+        # FIFO blocks the selecting thread for good): the partition becomes uncleanable, naming the file.
+        facts = self._facts.read(status.directory,
+                                 high_watermark=checkpoints.read(root, REPLICATION_OFFSET_CHECKPOINT).get(key))
+        status.total_bytes = facts.size_bytes
+        if not facts.segments:
+            status.dirty_ratio, status.cleanable_bytes, status.clean_bytes, status.compaction_delay_ms = 0.0, 0, 0, 0
+            return
+        log_start = max(facts.segments[0].base_offset, checkpoints.read(root, LOG_START_OFFSET_CHECKPOINT).get(key, 0))
+        checkpoint = checkpoints.read(root, CLEANER_OFFSET_CHECKPOINT).get(key)
+        rng = cleanable_range(facts, topic, log_start_offset=log_start, now_ms=now_ms, checkpoint=checkpoint)
+        if rng.checkpoint_was_reset:
             # Kafka repairs an invalid checkpoint at once, even if the log is not selected (KAFKA-6266).
             log.warning("resetting invalid cleaner checkpoint dir=%s checkpoint=%d log_start=%d log_end=%d",
-                        status.directory, checkpoint, log_start, log_end)
-            update_log_dir_checkpoint(root, CLEANER_OFFSET_CHECKPOINT, key, log_start)
-            first_dirty = log_start
-        bounds = [active.base_offset]
-        hw = read_offset_checkpoint(root / REPLICATION_OFFSET_CHECKPOINT).get(key)
-        if hw is not None:
-            bounds.append(hw)
-        dirty_inactive = [f for i, f in enumerate(facts[:-1]) if (facts[i + 1].base_offset > first_dirty)]
-        if topic.min_compaction_lag_ms > 0:
-            for f in dirty_inactive:
-                if f.largest_timestamp > now_ms - topic.min_compaction_lag_ms:
-                    bounds.append(f.base_offset)
-                    break
-        limit = min(bounds)
-        bases = [f.base_offset for f in facts]
-        aligned = max((b for b in bases if b <= limit), default=log_start)
-        first_uncleanable = max(first_dirty, aligned)
-        clean_bytes = sum(f.size_bytes for f in facts if f.base_offset < first_dirty)
-        cleanable = 0
-        for i, f in enumerate(facts):
-            next_base = facts[i + 1].base_offset if i + 1 < len(facts) else log_end
-            if f.base_offset < first_uncleanable and next_base > first_dirty:
-                cleanable += f.size_bytes
-        total = clean_bytes + cleanable
-        delay = 0
-        if topic.max_compaction_lag_ms < _LONG_MAX:
-            firsts = [t for f in dirty_inactive if f.base_offset < first_uncleanable
-                      for t in [_first_batch_timestamp(f.path)] if t > 0]
-            if firsts:
-                delay = max(0, now_ms - topic.max_compaction_lag_ms - min(firsts))
-        status.first_dirty = first_dirty
-        status.first_uncleanable = first_uncleanable
-        status.cleanable_bytes = cleanable
-        status.clean_bytes = clean_bytes
-        status.total_bytes = sum(f.size_bytes for f in facts)
-        status.dirty_ratio = cleanable / total if total else 0.0
-        status.compaction_delay_ms = delay
+                        status.directory, checkpoint, log_start, facts.segments[-1].next_offset)
+            update_log_dir_checkpoint(root, CLEANER_OFFSET_CHECKPOINT, key, rng.first_dirty)
+        status.first_dirty = rng.first_dirty
+        status.first_uncleanable = rng.first_uncleanable
+        status.cleanable_bytes = rng.cleanable_bytes
+        status.clean_bytes = rng.clean_bytes
+        status.dirty_ratio = rng.dirty_ratio
+        status.compaction_delay_ms = rng.compaction_delay_ms
 
     # ---- selection ------------------------------------------------------------------------------------
 
@@ -478,6 +419,7 @@ class CleanerManager:
         max_delay = 0
         by_survivorship = self.settings.cleaner.selection_policy == "survivorship"
         survivorships: dict[Path, dict] = {}
+        checkpoints = _CheckpointReads()
         for status in statuses:
             if status.policy is None or "compact" not in (status.policy.policy or ()):
                 continue  # never compacted by guess (cleaner.policy)
@@ -487,7 +429,7 @@ class CleanerManager:
             if now < status.busy_until_ms:
                 continue
             try:
-                self._estimate(status, now)
+                self._estimate(status, now, checkpoints)
             except (OSError, SegmentError) as exc:
                 reason = pathcheck.describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
                 self.mark_uncleanable(status.directory, f"cannot estimate: {reason}")

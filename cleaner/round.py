@@ -173,12 +173,11 @@ def clean_round(
     checkpoint = log_.read_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT)
     high_watermark = log_.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT)
     rng = cleanable_range(
-        survey,
+        survey.facts(high_watermark),
         topic,
         log_start_offset=log_.log_start_offset,
         now_ms=now_ms,
         checkpoint=checkpoint,
-        high_watermark=high_watermark,
         forced_from=forced_from,
         forced_to=forced_to,
     )

@@ -32,7 +32,9 @@ from segments.codec import format as fmt
 from segments.codec.errors import CorruptRecordError
 from segments.codec.records import decode_batch, decode_control_key
 from segments.codec.scan import scan
+from segments.files.facts import SegmentFacts
 from segments.files.readahead import WindowRing, read_ahead
+from segments.partition.facts import LogFacts
 from segments.partition.log import PartitionLog
 
 __all__ = ["WINDOW_BYTES", "LogSurvey", "ProducerState", "SegmentSurvey", "Transaction", "survey_log"]
@@ -116,6 +118,16 @@ class LogSurvey:
         if high_watermark is not None:
             firsts += [t.first_offset for t in self.transactions if t.marker_offset >= high_watermark]
         return min(firsts) if firsts else None
+
+    def facts(self, high_watermark: int | None = None) -> LogFacts:
+        """The survey's figures as the facts `cleaner.cleanable` works from: the same ones the daemon's
+        selection reads without a survey (`segments.partition.facts`), so both find the same range."""
+        segments = tuple(
+            SegmentFacts(s.base_offset, s.size_bytes, s.next_offset, s.largest_timestamp, s.first_batch_timestamp,
+                         s.last_modified_ms)
+            for s in self.segments
+        )
+        return LogFacts(segments, high_watermark, self.first_unstable_offset(high_watermark))
 
     def aborted_batches(self, producer_id: np.ndarray, base_offset: np.ndarray, transactional: np.ndarray) -> np.ndarray:
         """For data batches: True where the batch belongs to a transaction that ended with an ABORT marker."""

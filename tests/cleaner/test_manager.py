@@ -21,13 +21,16 @@ from cleaner.manager import (
     PartitionState,
     StateError,
 )
-from cleaner.round import RoundResult
+from cleaner.round import RoundResult, clean_round
 from cleaner.settings import Settings
+from offsetmap import OffsetMap
 from segments.codec import format as fmt
 from segments.codec.records import Record, encode_batch
 from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint, update_offset_checkpoint
 from segments.partition.log import LogConfig, PartitionLog
 from segments.tools.generate import WorkloadSpec, generate_partition
+
+from .builders import BIG_MAP_BYTES, ROLL, batch, build_log, txn_batch
 
 T0 = 1_700_000_000_000  # generated record timestamps start here
 HOUR_MS = 3_600_000
@@ -215,6 +218,46 @@ def test_invalid_checkpoint_is_reset_to_the_log_start_even_if_the_log_is_not_sel
     assert manager.grab_filthiest() is None
     assert env.checkpoint(directory) == 0
     assert status_of(manager, directory).first_dirty == 0
+
+
+def run_round(manager: CleanerManager, candidate) -> RoundResult:
+    """What a cleaner thread does with a candidate (`cleaner.pool`): one round, then report it."""
+    topic = manager.topic_settings(candidate.topic, candidate.log_dir)
+    with PartitionLog.open(candidate.directory, mode="cleaner", config=topic.log_config()) as plog:
+        done = clean_round(plog, topic, OffsetMap(BIG_MAP_BYTES), now_ms=manager.clock_ms(), seed=7,
+                           force_recopy=candidate.force_recopy)
+    manager.done_cleaning(candidate.directory, done, done.next_delete_horizon_ms)
+    return done
+
+
+def test_a_log_held_back_by_an_open_transaction_is_not_selected_for_rounds_that_clean_nothing(env):
+    """Issue 18: a transaction that never ends bounds what a round may clean (Kafka's first unstable offset).
+    Selection must see the same bound: once the round cleaned up to the transaction, the log is no longer
+    eligible, instead of being selected on every pass for a round that finds nothing to clean."""
+    directory = env.log_dir / "t-0"
+    steps: list = []
+    for s in range(10):
+        if s == 3:
+            steps.append(txn_batch([(b"open", b"never committed")], pid=7))  # no marker ever follows
+        steps += [batch([(b"k%d" % (i % 5), b"v%d-%d" % (s, i)) for i in range(20)]), ROLL]
+    firsts = build_log(directory, steps)
+    open_at = firsts[4]  # the transactional batch (step 4: three plain batches, then it)
+    bases = env.bases(directory)
+    held_back = max(b for b in bases if b <= open_at)  # the segment holding it stays uncleanable
+    manager = env.manager()
+    rounds = []
+    for _ in range(5):  # the pool's passes, each one selection and, if a log was chosen, its round
+        candidate = manager.grab_filthiest()
+        if candidate is None:
+            break
+        status = status_of(manager, directory)
+        done = run_round(manager, candidate)
+        rounds.append((candidate.reason, (status.first_dirty, status.first_uncleanable),
+                       (done.first_dirty, done.first_uncleanable, done.bound)))
+    assert rounds == [("dirty ratio", (0, held_back), (0, held_back, "open transaction"))]
+    status = status_of(manager, directory)
+    assert (status.first_dirty, status.first_uncleanable, status.cleanable_bytes) == (held_back, held_back, 0)
+    assert status.dirty_ratio == 0.0
 
 
 # ---- pause / resume / abort / trigger -----------------------------------------------------------------------------
