@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.workloads import generate  # noqa: E402
-from cleaner.duplication import estimate_partition  # noqa: E402
+from bench.workloads import generate
+from cleaner.duplication import estimate_partition
 
 WORKLOADS = ("W2", "Z1", "U1")
 MIB = 1024 * 1024

@@ -30,13 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.workloads import T0_MS, WORKLOADS, _draw_keys, generate  # noqa: E402
-from cleaner.round import clean_round  # noqa: E402
-from cleaner.settings import Settings  # noqa: E402
-from offsetmap import OffsetMap  # noqa: E402
-from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT  # noqa: E402
-from segments.partition.log import PartitionLog  # noqa: E402
-from segments.spark.arrow_records import encode_table  # noqa: E402
+from bench.workloads import T0_MS, WORKLOADS, _draw_keys, generate
+from cleaner.round import clean_round
+from cleaner.settings import Settings
+from offsetmap import OffsetMap
+from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT
+from segments.partition.log import PartitionLog
+from segments.spark.arrow_records import encode_table
 
 MIB = 1024 * 1024
 MAP_BYTES = 512 * MIB

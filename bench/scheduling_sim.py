@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from cleaner import survivorship  # noqa: E402
+from cleaner import survivorship
 
 RECORD_BYTES = 100
 MIN_RATIO = 0.5  # min.cleanable.dirty.ratio

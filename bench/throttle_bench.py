@@ -58,10 +58,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from cleaner.throttle import WINDOW_S  # noqa: E402
-from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint  # noqa: E402
-from segments.partition.log import PartitionLog  # noqa: E402
-from segments.tools.generate import WorkloadSpec, generate_partition  # noqa: E402
+from cleaner.throttle import WINDOW_S
+from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
+from segments.partition.log import PartitionLog
+from segments.tools.generate import WorkloadSpec, generate_partition
 
 LOGCLEANER = Path(sys.executable).parent / "logcleaner"
 TOPIC = "t"

@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import workloads  # noqa: E402
-from cleaner.oneshot import clean_partition  # noqa: E402
-from cleaner.settings import Settings  # noqa: E402
+from bench import workloads
+from cleaner.oneshot import clean_partition
+from cleaner.settings import Settings
 
 NOW_MS = workloads.T0_MS + 10**12  # every record old enough; tombstones' horizons not yet reached at first clean
 

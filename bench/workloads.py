@@ -53,11 +53,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from segments.codec import format as fmt  # noqa: E402
-from segments.codec.compression import compress  # noqa: E402
-from segments.codec.records import encode_control_batch  # noqa: E402
-from segments.codec.varint import encode_varint  # noqa: E402
-from segments.files.index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries  # noqa: E402
+from segments.codec import format as fmt
+from segments.codec.compression import compress
+from segments.codec.records import encode_control_batch
+from segments.codec.varint import encode_varint
+from segments.files.index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries
 
 __all__ = ["WORKLOADS", "Workload", "generate"]
 

@@ -119,7 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         return True
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:  # http.server's naming
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             self._send(200, generate_latest(self.daemon.metrics.registry), CONTENT_TYPE_LATEST)
@@ -131,7 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": f"no such endpoint {path}"})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         if not self._authorized():  # before anything else: an unauthorized request learns nothing
             return
         try:

@@ -191,6 +191,8 @@ class _DaemonLocks:
 class Daemon:
     """One cleaner service. `start()`, then `run()` until `request_stop()`; or use the CLI's `run`."""
 
+    pool: CleanerPool  # made in start(); the throttle's sleep refers to it before
+
     def __init__(self, config_path: str | os.PathLike | None, *, server_properties=None, clock_ms=None) -> None:
         self.config_path = config_path
         self.server_properties = server_properties
@@ -355,7 +357,7 @@ class Daemon:
                 self.reload()
             try:
                 self.manager.discover()
-            except Exception:  # noqa: BLE001 - discovery is retried at the next tick
+            except Exception:  # discovery is retried at the next tick
                 log.exception("partition discovery failed")
             self.pool.supervise()
             self._wake.wait(interval_s)

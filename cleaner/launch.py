@@ -70,6 +70,10 @@ def launch_round(
     the broker-level `cleaner` settings; see the module docstring. The keyword arguments are
     `cleaner.round.clean_round`'s. Raises what `clean_round` raises; the survivorship is recorded only after
     a round that succeeded (and never for a dry run)."""
+
+    def charge_io(n: int) -> None:  # every read and write, before it is done
+        throttle.acquire(n, check_abort=check_abort)
+
     result = clean_round(
         log_,
         topic,
@@ -85,7 +89,7 @@ def launch_round(
         on_bytes=on_bytes,
         ring=ring,
         verify=cleaner.verify,
-        charge_io=lambda n: throttle.acquire(n, check_abort=check_abort),
+        charge_io=charge_io,
     )
     survivorship.record_round(log_.directory, result, cleaner.survivorship_alpha)
     return result

@@ -472,10 +472,10 @@ class CleanerManager:
             self.max_compaction_delay_ms = max_delay
             eligible.sort(key=lambda e: e[0])
             for _, candidate in eligible:
-                status = self.partitions.get(candidate.directory)
-                if status is not None and status.state == PartitionState.IDLE:
-                    status.state = PartitionState.IN_PROGRESS
-                    status.triggered = False
+                chosen = self.partitions.get(candidate.directory)
+                if chosen is not None and chosen.state == PartitionState.IDLE:
+                    chosen.state = PartitionState.IN_PROGRESS
+                    chosen.triggered = False
                     return candidate
         return None
 

@@ -202,6 +202,7 @@ def clean_partition(
             start = forced_from
             horizon_passes = 0
             for _ in range(ROUNDS_MAX if topic.compact else 0):
+                assert offset_map is not None  # allocated above for a compacted topic
                 result = launch.launch_round(
                     plog, topic, settings.cleaner, offset_map, throttle, lambda: now_ms,
                     ring=ring, on_bytes=on_bytes, forced_from=start, forced_to=forced_to, dry_run=dry_run,
@@ -222,7 +223,7 @@ def clean_partition(
     except (SegmentError, OSError) as exc:
         outcome.error = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
         log.info("cleaning failed dir=%s error=%s", display_path(directory), outcome.error)  # the outcome reports it
-    except Exception as exc:  # noqa: BLE001 - the per-partition boundary: one partition's bug must not stop the rest
+    except Exception as exc:  # the per-partition boundary: one partition's bug must not stop the rest
         outcome.error = f"{type(exc).__name__}: {exc}"
         log.exception("cleaning failed unexpectedly dir=%s", directory)
     return outcome

@@ -153,20 +153,20 @@ class CleanerPool:
             try:
                 # due or not, whatever there is to clean: a busy cleaner must not starve the delete policy
                 self._retention_if_due(cleaner.log_retention_check_interval_ms)
-            except Exception:  # noqa: BLE001 - a failed pass must not kill the thread; the next one retries
+            except Exception:  # a failed pass must not kill the thread; the next one retries
                 log.exception("retention pass failed")
             if not cleaner.enable:  # Kafka's meaning: no compaction, retention still runs
                 self._stopping.wait(cleaner.backoff_ms / 1000.0)
                 continue
             try:
                 candidate = self.manager.grab_filthiest(busy_devices=self.busy_devices())
-            except Exception:  # noqa: BLE001 - a failed selection must not kill the thread (KAFKA-8725)
+            except Exception:  # a failed selection must not kill the thread (KAFKA-8725)
                 log.exception("selecting a log to clean failed")
                 candidate = None
             if candidate is None:
                 try:
                     maintain_idle_logs(self.manager, self.clock_ms())
-                except Exception:  # noqa: BLE001 - maintenance is best effort
+                except Exception:  # maintenance is best effort
                     log.exception("idle-log maintenance failed")
                 self._stopping.wait(cleaner.backoff_ms / 1000.0)
                 continue
@@ -194,7 +194,7 @@ class CleanerPool:
                 pass  # another process is cleaning it; next time
             except LogDirOwnedError as exc:
                 self.manager.broker_owns(status.log_dir, exc)
-            except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
+            except Exception as exc:  # one partition's failure must not stop the others
                 log.exception("retention failed dir=%s", status.directory)
                 self.manager.mark_uncleanable(status.directory, f"retention: {type(exc).__name__}: {exc}")
             finally:
@@ -233,7 +233,7 @@ class CleanerPool:
                     # Kafka's cleaner thread, too, deletes a compact,delete log's old segments after cleaning it
                     try:
                         self._apply_retention(directory, plog, topic, self.clock_ms())
-                    except Exception:  # noqa: BLE001 - the round itself succeeded; the next pass retries
+                    except Exception:  # the round itself succeeded; the next pass retries
                         log.exception("retention after cleaning failed dir=%s", directory)
             self.manager.done_cleaning(directory, result, result.next_delete_horizon_ms)
             self.metrics.record_round(index, result)
@@ -256,7 +256,7 @@ class CleanerPool:
             else:
                 self.manager.failed(directory, exc)
             self.metrics.record_outcome("failed")
-        except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
+        except Exception as exc:  # one partition's failure must not stop the others
             log.exception("cleaning failed dir=%s", directory)
             self.manager.failed(directory, exc)
             self.metrics.record_outcome("failed")

@@ -328,9 +328,9 @@ def _markers_discardable(result, ctx: RecopyContext, data_written: np.ndarray) -
             out[i] = count == 0
             written_so_far[pid] = 0
             since[pid] = i
-    for pid, mine in by_pid.items():
+    for pid, mine in by_pid.items():  # by_pid is filled only when written_so_far is counted
         after = int(np.count_nonzero(mine > since.get(pid, -1)))
-        if after:
+        if after and written_so_far is not None:
             written_so_far[pid] = written_so_far.get(pid, 0) + after
     return out
 
@@ -386,7 +386,7 @@ def _rebuild_v2(result, i: int, records: np.ndarray, stamp_horizon: bool, ctx: R
     else:
         written = rebase_records(source, pos, size, (timestamps - base_ts).astype(np.int64), out)
     data = encode_batch_from_region(
-        out[:written],
+        out.data[:written],
         records_count=len(records),
         base_offset=int(result.base_offset[i]),
         last_offset_delta=int(result.last_offset[i] - result.base_offset[i]),
@@ -466,7 +466,7 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stat
         count += 1
         pos += len(data)
         i += 1
-    view = memoryview(out.data)
+    view = out.data.data  # the output arena's bytes
     for j in np.nonzero(out.needs_crc[:count])[0].tolist():
         p = int(out.positions[j])
         _, length = fmt.PREFIX.unpack_from(view, p)
@@ -541,7 +541,7 @@ def clean_group(
                 if cleaned is not None:
                     charge_io(written)
                     cleaned.append_batches(
-                        memoryview(output.data)[:written], output.positions[:batches],
+                        output.data.data[:written], output.positions[:batches],
                         output.last_offsets[:batches], output.max_timestamps[:batches],
                     )
                     faults.hit("recopy.mid_group")

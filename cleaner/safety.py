@@ -75,7 +75,8 @@ def _joined(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
 def must_survive(group: list[LogSegment], offset_map: OffsetMap, survey: LogSurvey,
                  charge_io: Callable[[int], None] | None = None) -> tuple[np.ndarray, ...]:
     """(offset, h1, h2, value_len) of the input records the output must hold, in offset order."""
-    indexed_parts, other_parts = [], []
+    indexed_parts: list[tuple[np.ndarray, ...]] = []
+    other_parts: list[tuple[np.ndarray, ...]] = []
     for offset, h1, h2, length in _windows(group, survey, offset_map.seed, charge_io):
         latest = offset_map.lookup_hashes(h1, h2)
         indexed = latest >= 0

@@ -68,11 +68,12 @@ class Setting:
 
     def parse(self, value: object) -> Any:
         """The typed value of `value` (text or already typed); raises `SettingError` if out of range."""
+        parsed: Any
         try:
             if self.kind == "int":
                 parsed = value if isinstance(value, int) and not isinstance(value, bool) else parse_size(str(value))
             elif self.kind == "float":
-                parsed = float(value)
+                parsed = float(value if isinstance(value, (int, float)) else str(value))
                 if math.isnan(parsed):
                     raise ValueError("NaN")
             elif self.kind == "bool":

@@ -150,10 +150,10 @@ LEGACY_HEADER = struct.Struct(
 LEGACY_TIMESTAMP = struct.Struct(">q")  # v1 only, right after the attributes
 LEGACY_LENGTH = struct.Struct(">i")  # key and value lengths, -1 = null
 (
-    _,  # offset: BASE_OFFSET_OFFSET, BASE_OFFSET_BYTES
-    _,  # messageSize: LENGTH_OFFSET, LENGTH_BYTES
+    _legacy_offset,  # offset: BASE_OFFSET_OFFSET, BASE_OFFSET_BYTES
+    _legacy_size,  # messageSize: LENGTH_OFFSET, LENGTH_BYTES
     (LEGACY_CRC_OFFSET, LEGACY_CRC_BYTES),
-    (LEGACY_MAGIC_OFFSET, _),
+    (LEGACY_MAGIC_OFFSET, _legacy_magic_bytes),
     (LEGACY_ATTRIBUTES_OFFSET, LEGACY_ATTRIBUTES_BYTES),
 ) = field_layout(LEGACY_HEADER)
 assert field_layout(LEGACY_HEADER)[:2] == field_layout(PREFIX)

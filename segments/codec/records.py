@@ -236,6 +236,7 @@ def decode_batch(
     region_pos = pos + fmt.RECORD_BATCH_OVERHEAD
     region_end = pos + header.size_bytes
     if header.compression == fmt.COMPRESSION_NONE:
+        data: bytes | memoryview
         data, data_pos, data_end, where = view, region_pos, region_end, 0
     else:
         data = decompress(
@@ -319,6 +320,7 @@ def _decode_record(data, pos: int, end: int, header: BatchHeader, log_append_tim
         if hkey_length < 0:
             raise CorruptRecordError(f"invalid header key length {hkey_length}", position=pos)
         hkey, pos = _read_bytes(data, pos, record_end, hkey_length)
+        assert hkey is not None  # a negative length was refused above
         hvalue_length, pos = decode_varint(data, pos, record_end)
         hvalue, pos = _read_bytes(data, pos, record_end, hvalue_length)
         try:

@@ -526,7 +526,7 @@ class _Failure:
 
 def _first_bad_crc(buf: np.ndarray, hdr: np.ndarray) -> int | None:
     """Index of the first batch whose stored CRC does not match its bytes, or None."""
-    view = memoryview(buf)
+    view = buf.data
     pos = hdr[:, k.COL_POSITION]
     ends = (pos + hdr[:, k.COL_SIZE]).tolist()
     v2 = hdr[:, k.COL_MAGIC] == fmt.MAGIC_V2
@@ -548,7 +548,7 @@ def _first_bad_crc(buf: np.ndarray, hdr: np.ndarray) -> int | None:
 def _crc_error(row: np.ndarray, buf: np.ndarray, base_position: int) -> CorruptRecordError:
     pos = int(row[k.COL_POSITION])
     size = int(row[k.COL_SIZE])
-    view = memoryview(buf)
+    view = buf.data
     if row[k.COL_MAGIC] == fmt.MAGIC_V2:
         actual = _crc32c.crc32c(view[pos + fmt.ATTRIBUTES_OFFSET : pos + size])
         name, where = "CRC-32C", pos + fmt.CRC_OFFSET

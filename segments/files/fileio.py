@@ -55,7 +55,7 @@ class FileOps:
             return
         faults.hit("fileops.remove")
 
-    def pwrite_all(self, fd: int, data: bytes | memoryview, position: int) -> None:
+    def pwrite_all(self, fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
         """Write all of `data` at `position` (pwrite may write less than asked); ENOSPC/EIO propagate."""
         try:
             faults.hit("fileops.pwrite")

@@ -255,7 +255,7 @@ class LogSegment:
 
     def _read_into(self, buffer: np.ndarray, position: int, size: int) -> memoryview:
         """Read `size` bytes at `position` into `buffer` (no new allocation); the bytes read as a view."""
-        view = memoryview(buffer)[:size]
+        view = buffer.data[:size]
         done = 0
         while done < size:
             n = os.preadv(self._fd, [view[done:]], position + done)
@@ -338,7 +338,7 @@ class LogSegment:
         stop_at_invalid: bool = False,
         ring=None,
         before_read: Callable[[int], None] | None = None,
-    ) -> Iterator[tuple[memoryview, "ScanResult"]]:
+    ) -> Iterator[tuple[bytes | memoryview, "ScanResult"]]:
         """(window, scan result) over the whole batches from `start_position` (a batch start) to the end.
 
         Windows are `window_bytes` long (one larger batch gets a window of its own). Each window takes the
@@ -366,7 +366,7 @@ class LogSegment:
             read_buffer, buffers = ring.next(min(window_bytes, size - pos))
             if before_read is not None:
                 before_read(min(window_bytes, size - pos))
-            window = self._read_into(read_buffer, pos, min(window_bytes, size - pos))
+            window: bytes | memoryview = self._read_into(read_buffer, pos, min(window_bytes, size - pos))
             try:
                 result = scan(window, base_position=pos, verify_crc=verify_crc, headers_only=headers_only, buffers=buffers)
                 if result.n_batches == 0 and result.torn_tail and 0 < result.torn_batch_bytes <= size - pos:
@@ -452,7 +452,7 @@ class LogSegment:
         if self._next_offset is None:
             self._next_offset = self.base_offset
 
-    def append(self, data: bytes | memoryview, *, largest_offset: int, max_timestamp: int, shallow_offset: int) -> int:
+    def append(self, data: bytes | bytearray | memoryview, *, largest_offset: int, max_timestamp: int, shallow_offset: int) -> int:
         """Append whole batches (already carrying their final offsets); returns the position written at.
 
         Mirrors Kafka's LogSegment.append: an offset-index and time-index entry (largest offset of this

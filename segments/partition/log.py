@@ -609,7 +609,7 @@ class PartitionLog:
 
     def append_records(
         self,
-        records: Sequence[tuple[bytes | None, bytes | None]] | Sequence[Record],
+        records: Sequence[tuple[bytes | None, bytes | None] | Record],
         *,
         timestamp_ms: int | None = None,
         compression: int = fmt.COMPRESSION_NONE,

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from cleaner.cli import main as cli_main  # noqa: E402
-from segments.files import faults  # noqa: E402
+from cleaner.cli import main as cli_main
+from segments.files import faults
 
 
 def _run_cli(argv: list[str]) -> int:
