@@ -2,32 +2,17 @@
 goes away, how a usage error is shown, and how the library's notes about indexes rebuilt in memory reach the user.
 
 Owns four things for `cleaner.cli` and prints nothing of its own but those notes and errors:
-
-* **A closed pipe** (`logcleaner dump FILE | head`, any command whose output is cut short). The command stops
-  at its next write, quietly, as `cat` does: no message, nothing more written, exit status 141 — 128 +
-  SIGPIPE, what a shell reports for `cat` killed by SIGPIPE, so a script under `set -o pipefail` sees the
-  same failure it would see with `cat`, and one without it sees the status of the pipeline's last command.
-  Python ignores SIGPIPE and raises `BrokenPipeError` instead; `CommandGroup` catches it around every
-  command, once, and points stdout and stderr at /dev/null so that the interpreter's final flush writes
-  nothing either (Python's documentation, "Note on SIGPIPE"). Work already done stays done: `clean` writes
-  a partition's line after that partition is finished, never in the middle of it.
-* **Usage errors in one line.** Every error a command reports is one line on stderr (`Error: <what>`, exit 2
-  for a usage error): a bad, missing or unknown option or argument (click's own checks, made in
-  `OneLineErrorsCommand.parse_args`) and a usage error a command raises itself (`CommandGroup.invoke`) are
-  shown without click's usage text, which `--help` gives.
-* **No traceback for the cleaner's own errors.** An error of the cleaner (`cleaner.errors.CleanerError`, the
-  root of every exception class of `cleaner/`) that a command did not turn into its own message is shown as
-  `Error: <what>` on one line, exit 1 (`CommandGroup.invoke`); a command that reports an error its own way
-  (a usage error, exit 2; a failed partition) still catches it first.
-* **Indexes rebuilt in memory.** A read-only command opens partitions as a reader, and a reader that finds
-  an index failing its sanity check rebuilds it in memory (`segments.partition.log.IndexRebuild`, logged as a
-  key=value warning). Every partition that Kafka was writing has such an index: Kafka preallocates the
-  active segment's index files and trims them only when the segment stops being active. `index_notes`
-  turns those warnings into sentences on stderr, said once per command run, at its end: one sentence for
-  all the untrimmed ones, one per index that is wrong in another way. The daemon (`run`) keeps its log lines.
-
+* **A closed pipe**: the command stops quietly at its next write, as `cat` does, with exit status 141
+  (`CommandGroup` catches `BrokenPipeError` around every command); work already done stays done.
+* **Usage errors in one line**: `Error: <what>` on stderr, exit 2, without click's usage text
+  (`OneLineErrorsCommand.parse_args`, `CommandGroup.invoke`).
+* **No traceback for the cleaner's own errors**: a `cleaner.errors.CleanerError` no command turned into its own
+  message is `Error: <what>` on one line, exit 1 (`CommandGroup.invoke`).
+* **Indexes rebuilt in memory**: `index_notes` turns a reader's in-memory index rebuilds into sentences on
+  stderr, said once per command run, at its end; the daemon (`run`) keeps its log lines.
 It must not change what a command does otherwise: no other exception is caught, no other log record is
-touched.
+touched. The rules as users see them are in docs/cli.md, "Rules every command follows"; how they are kept:
+see docs/design.md, "The command line".
 """
 
 from __future__ import annotations

@@ -1,51 +1,17 @@
 """The recopy phase of a round: every segment up to the end of what was indexed, filtered, group by group.
 
-Owns Kafka's `Cleaner.cleanSegments` + `MemoryRecords.filterTo` decisions, per batch and per record:
-
-Batch (in order): a data batch of an aborted transaction is discarded; a transaction marker whose
-transaction keeps no data batch in this pass is discardable, and its records go once its delete horizon has
-passed; a producer's last batch (of a producer not yet expired) and the last batch of each group are kept,
-as an empty 61-byte header if nothing else survives; any other batch left with no records is dropped.
-
-Record: control records are kept (unless their batch's records are discarded); records past the map's
-latest offset are kept; unkeyed records are dropped and counted as invalid; a keyed record is kept iff it
-is the latest for its key (offset ≥ map[key]) and it has a value or its tombstone is still retained (v2:
-the batch has no delete horizon yet or now < horizon; v0/v1: the segment's mtime is after the legacy
-horizon).
-
-Output: an untouched batch is copied byte for byte; a batch that lost records or needs its delete horizon
-stamped (it keeps a tombstone, or is a discardable marker, and has no horizon yet) is rebuilt with the same
-base offset, last offset delta, producer fields, leader epoch, codec and timestamp type, base timestamp =
-the horizon (bit 6) or the first kept record's timestamp, record timestamps unchanged. Legacy wrappers that
-lose inner messages are re-compressed as a new wrapper in their own magic; empty legacy batches are never
-written. A batch carries a delete horizon only while it keeps a tombstone or is a kept marker: one whose
-tombstones all went is written without it (Kafka's `filterTo` keeps it), so a horizon that has passed always
-means work for the next pass, and a log is due for that pass exactly then (`RecopyStats.
-earliest_delete_horizon_ms`); a horizon that a full pass leaves behind passed is not reported again.
-
-A group whose output is its input byte for byte (a single segment, every batch copied untouched, the same
-`.txnindex` entries) is not swapped: its `.cleaned` files are removed before any fsync and the segment stays
-as it was (same inode, same mtime), so a pass with nothing to remove changes no file.
-
-Why a marker may go one pass sooner than in Kafka: Kafka's cleaner calls a marker discardable only in a pass
-that finds none of its transaction's data, so the pass that removes the data leaves the marker unstamped and
-only a later pass — which an idle log never gets — stamps it; here the pass that removes the last data batch
-stamps it, and it still outlives its data by `delete.retention.ms`, the bound a consumer reading from offset
-0 relies on. Transaction state is carried from window to window and group to group of the round
-(`RecopyContext.txn_data_written`, KAFKA-8351). A partial (generational) round, which does not see the older
-generations, decides by the survey's count of the whole log's data batches instead.
-
-Why the last batch of *each group* is kept (Kafka keeps only the round's last, KAFKA-17076): crash recovery
-removes the old segments whose base lies below the new segment's next offset; keeping each group's last
-batch makes that range cover the whole group, so a crash mid-swap leaves each group exactly old or new.
-A legacy (v0/v1) batch cannot be emptied, so a group's last batch, if legacy, is kept whole: a superseded
-record or an expired legacy tombstone may then survive at a group's end, which compaction allows.
-
-Whether a record is the latest for its key: for a record the index phase inserted, whether a later record
-replaced it (`indexing.SupersededOffsets`, no hashing); for any other record (the clean section, or past the
-bitmap), a lookup of its key's hash in the map. CRCs are not checked again here (the survey checked them).
-
-All decisions are numpy over a window's scan arrays; Python loops only per batch that must be rebuilt.
+Owns Kafka's `Cleaner.cleanSegments` + `MemoryRecords.filterTo` decisions, per batch and per record (which
+batches are discarded, kept or dropped; which records are the latest for their key and kept), and writing
+each group's output. Rules that matter to the rest of the round:
+* An untouched batch is copied byte for byte; any other is rebuilt with the same offsets, producer fields,
+  leader epoch, codec and timestamp type. Batches are never merged or split.
+* The last batch of each group is kept (as an empty batch if need be), so a crash mid-swap leaves each group
+  exactly old or new; a producer's last batch is kept likewise.
+* A batch carries a delete horizon only while it keeps a tombstone or is a kept marker, so a passed horizon
+  always means work for the next pass (`RecopyStats.earliest_delete_horizon_ms`).
+* A group whose output is its input byte for byte is not swapped: a pass with nothing to remove changes no file.
+* All decisions are numpy over a window's scan arrays; Python loops only per batch that must be rebuilt.
+The rules in full, and why they differ from Kafka's where they do: see docs/design.md, "Recopy".
 """
 
 from __future__ import annotations
@@ -235,7 +201,7 @@ def _producer_last_batches(result, ctx: RecopyContext) -> np.ndarray:
 
 
 def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_last: int):
-    """Per-batch actions and the per-record keep mask for one window (see the module docstring)."""
+    """Per-batch actions and the per-record keep mask for one window (see docs/design.md, "Recopy")."""
     n = result.n_batches
     survey = ctx.survey
     bi = result.batch_index
@@ -338,8 +304,8 @@ def _markers_discardable(result, ctx: RecopyContext, data_written: np.ndarray) -
 def _horizons(result, ctx: RecopyContext, action, keep, needs_horizon):
     """Which written batches lose their delete horizon, and the horizon a later pass may act on, per batch.
 
-    A batch carries a horizon only while it keeps a tombstone or is a kept marker (see the module
-    docstring): a v2 batch written with records that keeps neither loses it (rebuilt, if it was to be
+    A batch carries a horizon only while it keeps a tombstone or is a kept marker (see docs/design.md,
+    "Recopy"): a v2 batch written with records that keeps neither loses it (rebuilt, if it was to be
     copied). The pending horizon of a batch that keeps one is the one it is written with; in a full round a
     horizon that had already passed counts no more, since this pass kept the batch anyway (records past the
     offset map's end, which the next round of a partition cleans regardless). Returns (action, clear, pending).

@@ -1,25 +1,17 @@
 """Survivorship-aware scheduling: how much of a log's dirty section survives cleaning, and what a round is worth.
 
-Kafka ranks logs by dirty / (clean + dirty), which assumes nothing in the dirty section survives. A log being
-bootstrapped with inserts only (every key new) has a dirty ratio near 1 and loses nothing when cleaned, so
-Kafka recopies it round after round for nothing. Every round records the survivorship of the dirty section it
-cleaned, `records written / records read`, smoothed per partition with an exponentially weighted average
-(`log.cleaner.survivorship.alpha`: the weight of the newest round), and kept in
-`<log dir>/logcleaner-survivorship-checkpoint` (Kafka's offset-checkpoint format, the value in parts per
-million, written atomically under the log dir's checkpoint lock) so a restart keeps it.
-
-With `log.cleaner.selection.policy = survivorship` a log is ranked by the bytes a round is expected to free
-per byte of cleaning I/O:
+Owns the estimate arithmetic (pure, shared with `bench/scheduling_sim.py`) and the checkpoint file. Every round
+records the survivorship of the dirty section it cleaned, `records written / records read`, smoothed per
+partition (`log.cleaner.survivorship.alpha`) and kept in `<log dir>/logcleaner-survivorship-checkpoint`, so a
+restart keeps it. With `log.cleaner.selection.policy = survivorship` a log is ranked by the bytes a round is
+expected to free per byte of cleaning I/O:
 
     freed = dirty × (1 − s)        io = (clean + dirty) read + (clean + dirty × s) written
 
-and is eligible when `freed / (clean + dirty)` exceeds `min.cleanable.dirty.ratio` (the fraction the round
-is expected to remove, where Kafka's ratio assumes s = 0), or when its plain dirty ratio reaches
-`log.cleaner.survivorship.backstop.ratio` — so a log whose workload changed is measured again, rarely (each
-such round at least doubles the clean section an insert-only log must be outgrown by). A partition with no
-history has s = 0: Kafka's behaviour. `dirty-ratio` (the default) is Kafka's policy unchanged.
-
-Owns the estimate arithmetic (pure, shared with `bench/scheduling_sim.py`) and the checkpoint file.
+and is eligible when `freed / (clean + dirty)` exceeds `min.cleanable.dirty.ratio`, or when its plain dirty
+ratio reaches `log.cleaner.survivorship.backstop.ratio`. A partition with no history has s = 0, Kafka's
+behaviour; `dirty-ratio` (the default) is Kafka's policy unchanged. Why, and the checkpoint's format: see
+docs/design.md, "Survivorship-aware scheduling".
 """
 
 from __future__ import annotations

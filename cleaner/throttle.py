@@ -1,26 +1,16 @@
 """The cleaning I/O budget: bytes per second over reads and writes, one budget per device.
 
 Owns the rule every cleaning byte obeys, whoever moves it (the daemon's cleaner threads, `logcleaner clean`
-for every partition it cleans, a future Spark task holding one `DeviceThrottles` per executor process):
-
-* **One budget per device.** Log dirs on one device (`st_dev` of the log dir) share one `Throttle`; dirs on
-  different devices each get the full budget, since they do not compete for the same disk.
-* **Charged before the I/O.** Each read of a window (survey, index, recopy, safety check) and each write of
-  an output window (and of the cleaned segment's index entries) is charged *before* it is done, on the
-  thread that does it (for reads, the read-ahead thread). A charge reserves its bytes in arrival order and
-  blocks until the budget has accrued them, so concurrent threads take turns rather than one of them paying
-  for the others after the fact.
-* **No banking beyond one window.** Budget accrues at the configured rate while nobody charges, up to one
-  window (`WINDOW_S`) of it. So over any interval of L seconds the bytes let through are at most
-  rate × (L + WINDOW_S): Kafka's `Throttler`, which checks after every chunk every 300 ms, lets at least
-  as much through.
-
-This is a token bucket (GCRA) kept as two running totals: bytes charged and budget accrued; a charge may go
-ahead once the budget accrued reaches its own position in the queue. A waiting thread wakes every
-`SLEEP_SLICE_S` to take a rate change (config reload) into account and to call the caller's abort check, so
-a shutdown or a pause never waits out a long sleep; an injected sleep that returns True (the daemon's
-"stopping") ends the wait at once. The clock and the sleep are injected: unit tests run on a fake clock.
-It keeps the bytes let through per second over the last `RATE_WINDOW_S` seconds for the metrics.
+for every partition it cleans):
+* **One budget per device.** Log dirs on one device (`st_dev` of the log dir) share one `Throttle`
+  (`DeviceThrottles`); dirs on different devices each get the full budget.
+* **Charged before the I/O**, on the thread that does it (for reads, the read-ahead thread): every window read
+  and every output write. A charge reserves its bytes in arrival order and blocks until the budget has
+  accrued them, so concurrent threads take turns.
+* **No banking beyond one window** (`WINDOW_S`): over any L seconds at most rate × (L + WINDOW_S) go through.
+A waiting thread wakes every `SLEEP_SLICE_S` to take a rate change and call the caller's abort check; the clock
+and the sleep are injected. How it keeps the budget (a token bucket), and against Kafka's `Throttler`: see
+docs/design.md, "How the throttle keeps the budget".
 """
 
 from __future__ import annotations

@@ -7,45 +7,11 @@ anything proportional to the table or to the number of keys (the span kernels us
 call), do I/O, log, or validate arguments (`map.py` and `hashing.py` do that before calling in; these
 kernels trust their inputs and numba does not bounds-check).
 
-Why numba: the cleaner feeds the map whole segments, millions of records per round, and a Python loop per key
-is two orders of magnitude too slow. The project allows numba for exactly this (`pyproject.toml`); every kernel
-is `@numba.njit(cache=True, nogil=True)`, so compiled code is cached on disk next to this file and not rebuilt
-on every process start, and cleaner threads run kernels without holding the GIL.
-
-Why one file: numba's on-disk cache checks only the source file of the function it caches. A kernel here that
-inlines a helper from another module would keep running stale cached code after that module changed, and a
-stale hash function means silent data loss. Keeping all compiled code in this one file makes any edit
-invalidate every cached kernel together.
-
-Table layout (see also `map.py`): one C-contiguous uint64 array of `3 * slots` words, 64-byte aligned, slot `s`
-at words `3s, 3s+1, 3s+2` = (h1, h2, offset), 24 bytes. A slot is empty when its offset word is
-`EMPTY_OFFSET_WORD` (0); an occupied slot stores `offset + 1` (Kafka offsets are never negative), so a table of
-fresh zero pages is an empty table and clearing one can hand its pages back to the kernel (`map.py`). The hash
-words of an empty slot are never compared, so every 128-bit hash, including (0, 0), is a valid key.
-
-Probing: slots are grouped into buckets of `BUCKET_SLOTS` = 8 consecutive slots (192 bytes, exactly three
-cache lines because the table is 64-byte aligned). A key has two candidate buckets, chosen by the high 32 bits
-of h1 and of h2 (Lemire's multiply-shift range reduction over the `buckets_choice` whole buckets). A new key goes
-into the less full of its two buckets (b1 on a tie); only when both are full does it overflow, linearly, to the
-next bucket after b1 that has a free slot (wrapping, and including the short tail bucket of `slots % 8` slots).
-Buckets fill from their first slot and nothing is ever deleted, so a bucket's occupied slots are a prefix and a
-scan stops at the first empty slot. Lookup of a key: scan b1, then b2; if either has a free slot the key cannot
-have overflowed (it would have gone there), so it is absent; otherwise follow the same overflow chain until the
-key or a bucket with a free slot. With two choices the buckets stay evenly filled: measured with 10M random keys at
-90% fill, 0.75% of keys sit outside their two buckets and 67% in their first; 43% of buckets are full, so about
-one miss or new key in five also walks the (short) overflow chain. An insert or a miss therefore reads about
-two buckets (six cache lines, prefetched) and a hit usually one, where plain linear probing would scan ~50
-slots per new key at 90% fill. Kafka's SkimpyOffsetMap probes differently (digest bytes, then linear); the
-probe sequence is not observable, only put/get semantics are, and those match.
-
-Hashing reads each key in place with unaligned 8-byte loads that never leave the key's span (the tail is read
-as the last whole word of the key, shifted), so it matches mmh3 on any byte alignment and never touches bytes
-outside `[pos, pos + len)`; on a big-endian host the words are assembled byte by byte instead.
-
-Prefetching: bulk kernels issue a software prefetch for the two candidate buckets of the entry
-`PREFETCH_DISTANCE` positions ahead, so the cache misses of consecutive keys overlap instead of being paid one
-after another. All three lines of both buckets are prefetched. Prefetches are hints only; they change
-no result.
+Every kernel is `@numba.njit(cache=True, nogil=True)`, and all compiled code of the map stays in this one
+file: numba's on-disk cache checks only the source file of the function it caches, so a kernel inlining a
+helper from another module could keep running a stale hash function, which means silent data loss.
+The table layout, the two-choice bucket probing (what a caller sees is only put/get semantics, Kafka's),
+hashing in place, prefetching, and why numba: see docs/design.md, "The table and its kernels".
 """
 
 from __future__ import annotations

@@ -1,41 +1,19 @@
 """Walking a buffer of concatenated batches of any magic (0, 1, 2): the shape of a `.log` file (pure, no I/O).
 
-Owns the framing rules of `docs/format.md` section 3 (`.log`): every batch starts with the shared
-17-byte prefix (offset, length, 4 magic-dependent bytes, magic), the walker dispatches on byte 16, and
-it tells a torn tail from corruption. It decodes nothing itself beyond that prefix: v2 goes to
-`segments.codec.records`, v0/v1 to `segments.codec.legacy`. It never opens files, reads the clock or logs; the file
-reader, recovery and verify call it over bytes they read and add the path to its errors
-(`CorruptRecordError.located`).
+Owns the framing rules of `docs/format.md` section 3 (`.log`): every batch starts with the shared 17-byte
+prefix (offset, length, 4 magic-dependent bytes, magic), the walker dispatches on byte 16 and decodes nothing
+beyond that prefix itself (v2 goes to `segments.codec.records`, v0/v1 to `segments.codec.legacy`), and it
+tells a torn tail from corruption. The file reader, recovery and verify call it over bytes they read and add
+the path to its errors (`CorruptRecordError.located`). It also owns `peek_header`, the one reader of "the
+header of the batch at position P" for every magic, which needs only the header bytes (61 for v2, 18/26 for
+v0/v1): the file layer preads just those (`segments.files.segment.read_header_at`, `LogSegment.header_at`),
+recovery reads a `.swap` file's headers with it, and `iter_batch_headers` uses it for each batch it frames.
 
-It also owns `peek_header`, the one reader of "the header of the batch at position P" for every magic: it
-needs only the header bytes (61 for v2, 18/26 for v0/v1), so the file layer preads just those
-(`segments.files.segment.read_header_at`, `LogSegment.header_at`), recovery reads a `.swap` file's headers
-with it, and `iter_batch_headers` below uses it for each batch it frames.
-
-**Torn tail versus corruption** (house style, item 10). At position `p` with `r = end - p` bytes left:
-
-* `r == 0`: the walk ends cleanly.
-* `r <= 17`: a torn tail (not even the prefix fits; Kafka's `FileLogInputStream` stops here).
-* declared length < 14 (`fmt.LENGTH_MIN`): **corruption**, `CorruptRecordError` at `p + 8`, whatever
-  the mode. Kafka checks this before it looks for the end of the data. A zero-filled preallocated
-  tail lands here too; recovery truncates at the first invalid batch either way.
-* the declared batch runs past `end`: a torn tail.
-* a magic other than 0, 1, 2: `UnsupportedFormatError` at `p + 16`.
-* any other check of a whole batch that fails (a length below its magic's minimum, a bad CRC, an
-  invalid codec, records that do not fill the declared size): **corruption**. Because the batch lies
-  entirely before `end`, a decoder's `TruncatedBatchError` inside it is re-raised as a plain
-  `CorruptRecordError`: only the walker's own tail checks can report a torn tail.
-
-What happens at a torn tail is the caller's choice, `tail=`:
-
-* `"stop"` (`TAIL_STOP`, default, Kafka's reading behaviour): the iteration ends silently. The tail
-  starts right after the last batch yielded (or at `start` if none was).
-* `"raise"` (`TAIL_RAISE`, for recovery and verification): `TruncatedBatchError` whose `position` is
-  the start of the torn batch, i.e. where recovery truncates.
-
-`TruncatedBatchError` subclasses `CorruptRecordError`: a caller that must tell them apart catches
-`TruncatedBatchError` first. On corruption, the failing batch starts right after the last batch
-yielded; error positions point at the offending field and are relative to `buf`.
+Torn tail versus corruption, the project's rule for every reader of `.log` bytes: at most 17 bytes left, or a
+declared batch running past `end`, is a torn tail; anything invalid in a batch wholly before `end` is
+corruption. At a torn tail `tail="stop"` (the default) ends silently and `tail="raise"` raises
+`TruncatedBatchError` (a `CorruptRecordError`: catch it first) at the torn batch's start. Every case, and the
+error positions: see docs/design.md, "Torn tail versus corruption".
 """
 
 from __future__ import annotations
@@ -140,8 +118,8 @@ def iter_batch_headers(
     Requires `start` to be the start of a batch. Headers only (`peek_header`): no CRC check, no decompression
     (legacy wrappers report their outer offset as both base and last offset, see `decode_legacy_header`).
     Ensures each yielded batch lies wholly inside `[start, end)`. Torn tail and corruption: see the
-    module docstring (`tail="stop"` ends silently, `tail="raise"` raises `TruncatedBatchError` at the
-    torn batch's start). Raises `CorruptRecordError`/`UnsupportedFormatError` for corruption before the
+    module docstring and docs/design.md, "Torn tail versus corruption" (`tail="stop"` ends silently,
+    `tail="raise"` raises `TruncatedBatchError` at the torn batch's start). Raises `CorruptRecordError`/`UnsupportedFormatError` for corruption before the
     tail. The walk advances at least 26 bytes per batch, so it ends.
     """
     view, end = _bounds(buf, start, end, tail)

@@ -2,77 +2,19 @@
 
 Owns the cleaner's hot read path over `docs/format.md` sections 1-3: it walks a whole `.log` segment, or a
 window of one, given as a numpy uint8 array, `bytes`, `bytearray`, `memoryview` or `mmap`, checks every
-batch the way Kafka's reader does and returns one `ScanResult` of column arrays. Batch v2 (magic 2) and
-legacy v0/v1 entries (magic 0/1) may be mixed. It is pure: it never opens files, logs or reads the clock;
-the file layer decides what a torn tail means (a crash at EOF, or just the end of a read window).
+batch the way Kafka's reader does and returns one `ScanResult` of column arrays (each described there). Batch
+v2 and legacy v0/v1 entries may be mixed. It is pure: it never opens files, logs or reads the clock.
 
-Work per scan: compiled kernels (`segments.codec._scan_kernels`, numba, cached on disk) find and check the batch
-headers and decode every record; Python loops only per batch for the CRC (the `crc32c` package, hardware
-CRC-32C; `zlib.crc32` for legacy) and per *compressed* batch for decompression
-(`segments.codec.compression.decompress`). Decompressed records are copied into one side buffer per scan, the
-**arena**.
+Rules a caller must know:
+* It stops without raising at a torn tail (`torn_tail`) or at a limit (`limit_reached`), with `end_position`
+  where the whole batches end; the caller decides what a torn tail means (a crash at EOF, or just the end of a
+  read window) and scans again from `end_position`. The first batch is always taken.
+* Anything invalid before that raises `CorruptRecordError` (`UnsupportedFormatError` for an unknown magic or
+  codec) for the first bad batch, at a file position.
+* Record positions index `buffer` or the `arena` of decompressed records; batch positions are file positions.
 
-Batch arrays (length `n_batches`; a "batch" is a v2 batch, an uncompressed legacy message, or a legacy
-compressed wrapper whose inner messages are its records):
-
-| array | dtype | meaning |
-|---|---|---|
-| batch_position | int64 | file position of the batch: `base_position` + index in `buffer` |
-| batch_size | int64 | bytes of the batch including the 12-byte log overhead |
-| magic | int8 | 0, 1 or 2 |
-| attributes | int16 | v2 attributes; legacy attributes byte |
-| partition_leader_epoch | int32 | -1 for legacy |
-| crc | uint32 | the stored CRC (CRC-32C for v2, CRC-32 for legacy) |
-| base_offset, last_offset | int64 | v2: baseOffset, baseOffset + lastOffsetDelta. Legacy: the message offset; a wrapper's first inner and outer offset (base_offset is -1 for a wrapper with `headers_only`) |
-| base_timestamp, max_timestamp | int64 | v2 header fields; legacy: -1 and the message timestamp (-1 for v0) |
-| delete_horizon_ms | int64 | baseTimestamp when attribute bit 6 is set (v2), else -1 |
-| producer_id / producer_epoch / base_sequence | int64 / int16 / int32 | -1 for legacy |
-| records_count | int32 | records of the batch (v2 header field; 1 for a legacy message; a wrapper's inner message count, -1 with `headers_only`) |
-| record_start | int64, length `n_batches + 1` | records of batch i are `[record_start[i], record_start[i+1])`; empty with `headers_only` |
-| records_in_arena | bool | the batch's records were decompressed: their positions index `arena`, not `buffer` |
-| records_pos, records_bytes | int64 | where the records region (legacy: the message(s)) starts, in `buffer` or `arena`, and its length |
-
-Record arrays (length `n_records`; empty with `headers_only`):
-
-| array | dtype | meaning |
-|---|---|---|
-| offset | int64 | absolute offset (v1 inner relative offsets already made absolute) |
-| timestamp | int64 | effective timestamp: LogAppendTime batches give maxTimestamp (legacy: the wrapper's), v0 gives -1 |
-| key_pos | int64 | index of the key's first byte in the record's source (`buffer` or `arena`); for a null key, where it would start |
-| key_len | int32 | -1 = null key |
-| value_len | int32 | -1 = null value (a tombstone) |
-| record_pos | int64 | index of the raw record in its source: v2 from its length varint; legacy from its 12-byte offset/size prefix |
-| record_size | int32 | bytes of that raw record, so kept records can be copied verbatim into a rebuilt batch |
-| batch_index | int32 | index of the record's batch |
-
-The record's source is `arena` when `records_in_arena[batch_index]`, else `buffer`; `key_spans()` gives both
-groups ready for a key hasher. Positions in the record arrays are array indexes (not file positions); batch
-positions are file positions (`batch_buffer_pos` gives the buffer index).
-
-Torn tail versus corruption: the scan stops without raising when 17 bytes or fewer remain or when a
-declared batch size runs past `end` (`torn_tail`, `end_position` = where the whole batches end,
-`torn_batch_bytes` = the declared size of the incomplete batch if its length field is present). Whether that
-is a crash's torn tail at EOF or a read-window boundary is the caller's call. Anything invalid before that
-raises `CorruptRecordError` (`UnsupportedFormatError` for an unknown magic or codec) whose position is a
-file position (`base_position` added): declared length < 14, a bad CRC, a bad varint, records that do not
-fill their batch exactly, offset deltas not strictly increasing within [0, lastOffsetDelta], a stream that
-does not decompress, a legacy wrapper with bad inner messages. When several batches are bad the error is the
-one of the first bad batch. Errors inside decompressed data are reported at the start of the batch's
-compressed region, and the message gives the byte inside the decompressed data.
-
-Stricter than Kafka, as the object path (`segments.codec.records.decode_batch`) is: an empty batch must have an
-empty records region (an empty compressed batch must decompress to nothing); legacy messages must end
-exactly after their value and a wrapper's inner messages must tile its decompressed value. Laxer: header
-keys are not checked for UTF-8 (Kafka decodes them leniently too).
-
-Cold start: the kernels are compiled on first use and cached on disk next to this module (numba
-`cache=True`); `warm_up()` loads them ahead of the first scan (measured: ~4-5 s to compile with an empty
-cache, ~25 ms to load from it). Kernels release the GIL, so threads can scan different buffers in parallel.
-A caller that scans window after window passes one `ScanBuffers` to reuse the record arrays' memory.
-
-Limits: `decompressed_bytes_max` bounds one batch's decompression; `arena_bytes_max` and `records_max` bound
-one scan. Reaching either stops the scan before the batch that would pass it (`limit_reached`,
-`end_position` there); the caller scans again from `end_position`. The first batch is always taken.
+The work per scan, every check, where it is stricter than Kafka, the limits and the cold start: see
+docs/design.md, "The bulk scan".
 """
 
 from __future__ import annotations
@@ -120,7 +62,45 @@ class KeySpans(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ScanResult:
-    """The batches and records of one scan; see the module docstring for every array."""
+    """The batches and records of one scan, as column arrays.
+
+    Batch arrays (length `n_batches`; a "batch" is a v2 batch, an uncompressed legacy message, or a legacy
+    compressed wrapper whose inner messages are its records):
+
+    | array | dtype | meaning |
+    |---|---|---|
+    | batch_position | int64 | file position of the batch: `base_position` + index in `buffer` |
+    | batch_size | int64 | bytes of the batch including the 12-byte log overhead |
+    | magic | int8 | 0, 1 or 2 |
+    | attributes | int16 | v2 attributes; legacy attributes byte |
+    | partition_leader_epoch | int32 | -1 for legacy |
+    | crc | uint32 | the stored CRC (CRC-32C for v2, CRC-32 for legacy) |
+    | base_offset, last_offset | int64 | v2: baseOffset, baseOffset + lastOffsetDelta. Legacy: the message offset; a wrapper's first inner and outer offset (base_offset is -1 for a wrapper with `headers_only`) |
+    | base_timestamp, max_timestamp | int64 | v2 header fields; legacy: -1 and the message timestamp (-1 for v0) |
+    | delete_horizon_ms | int64 | baseTimestamp when attribute bit 6 is set (v2), else -1 |
+    | producer_id / producer_epoch / base_sequence | int64 / int16 / int32 | -1 for legacy |
+    | records_count | int32 | records of the batch (v2 header field; 1 for a legacy message; a wrapper's inner message count, -1 with `headers_only`) |
+    | record_start | int64, length `n_batches + 1` | records of batch i are `[record_start[i], record_start[i+1])`; empty with `headers_only` |
+    | records_in_arena | bool | the batch's records were decompressed: their positions index `arena`, not `buffer` |
+    | records_pos, records_bytes | int64 | where the records region (legacy: the message(s)) starts, in `buffer` or `arena`, and its length |
+
+    Record arrays (length `n_records`; empty with `headers_only`):
+
+    | array | dtype | meaning |
+    |---|---|---|
+    | offset | int64 | absolute offset (v1 inner relative offsets already made absolute) |
+    | timestamp | int64 | effective timestamp: LogAppendTime batches give maxTimestamp (legacy: the wrapper's), v0 gives -1 |
+    | key_pos | int64 | index of the key's first byte in the record's source (`buffer` or `arena`); for a null key, where it would start |
+    | key_len | int32 | -1 = null key |
+    | value_len | int32 | -1 = null value (a tombstone) |
+    | record_pos | int64 | index of the raw record in its source: v2 from its length varint; legacy from its 12-byte offset/size prefix |
+    | record_size | int32 | bytes of that raw record, so kept records can be copied verbatim into a rebuilt batch |
+    | batch_index | int32 | index of the record's batch |
+
+    The record's source is `arena` when `records_in_arena[batch_index]`, else `buffer`; `key_spans()` gives both
+    groups ready for a key hasher. Positions in the record arrays are array indexes (not file positions); batch
+    positions are file positions (`batch_buffer_pos` gives the buffer index).
+    """
 
     buffer: np.ndarray  # the scanned data (read-only uint8 view); positions not in the arena index it
     arena: np.ndarray  # decompressed records (read-only uint8); empty when nothing was compressed
@@ -337,7 +317,8 @@ def scan(
     that `ScanBuffers`.
 
     Ensures every batch in [start_position, end_position) was checked and decoded, and that the scan stopped
-    at `end`, at a torn tail, or at a limit (see the module docstring). The result keeps a view of `data`.
+    at `end`, at a torn tail, or at a limit (see docs/design.md, "The bulk scan"). The result keeps a view of
+    `data`.
     Raises `CorruptRecordError` / `UnsupportedFormatError` at the first invalid batch (file positions).
     """
     buf = _as_uint8(data)

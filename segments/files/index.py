@@ -7,43 +7,12 @@ batch positions, offsets and timestamps) and does not decide when an index is re
 `sanity_check()` on every index it opens and rebuilds the index on `CorruptIndexError`, as Kafka's
 `LogSegment.sanityCheck` / `LogLoader` do. The byte layouts come from `segments.codec.format`.
 
-Design decisions (the lead's), and where they differ from Kafka:
-
-* **No preallocation.** Kafka preallocates an active index to `segment.index.bytes` because it mmaps it,
-  and trims it when the segment becomes inactive. Here an index file always holds exactly its valid
-  entries, appended with plain writes. A file whose length is not a multiple of the entry size (a torn
-  append) or whose entries break the invariants fails `sanity_check`, so the log rebuilds it. A file that
-  Kafka left preallocated (trailing zero slots, e.g. the index of a segment that was active when the
-  broker died) fails the check too: the zero slots decode as `(base, 0)`, so the offsets (time index:
-  the timestamps) stop increasing at the first zero slot.
-* **The capacity limit remains.** `entries_max = max_index_bytes // entry_size` (`segment.index.bytes`,
-  default 10 MiB). The offset index is full at `entries_max` entries; the time index at `entries_max - 1`,
-  because Kafka reserves one slot for the final `(max timestamp, offset)` entry appended when the
-  segment is finalised (`maybe_append(..., skip_full_check=True)`). `is_full` tells the log to roll.
-  An existing file with more entries than that (written under a larger `segment.index.bytes`) is still
-  read whole, as Kafka maps the whole file; such an index is simply full.
-* **Entries live in memory** in contiguous native numpy columns, grown geometrically up to `entries_max`,
-  so lookups and truncations are `np.searchsorted`. An existing file is read on first use (lazily, like
-  Kafka's `LazyIndex`), so opening a log with many segments reads no index it does not need.
-* **Writes are deferred.** `append`, `truncate_to` and `reset` change memory only; `flush()` makes the
-  file equal to memory (it writes the entries not yet in the file at their byte position and cuts the
-  file to `entries × entry_size`), and `append` flushes by itself once `_PENDING_BYTES_MAX` bytes of
-  entries are waiting. `fsync()` flushes and then fsyncs through the `FileOps` passed in; `close()`
-  flushes but does not fsync (as Kafka). `write_entries` / `from_entries` write a whole index with one
-  write and one fsync (the cleaner's `.index.cleaned`, recovery); they do not fsync the directory, which
-  is the job of the swap protocol or the segment roll that follows.
-* **Opening never validates** (as Kafka, which trusts the file until `sanityCheck`). A file that fails
-  the check serves whatever it decodes to until it is rebuilt.
-* **Errors.** An entry that would break an invariant (offset not above the last one, position going
-  backwards, relative offset outside `[0, 2^31-1]`, index full) raises `IndexAppendError` (a `ValueError`;
-  `IndexOffsetOverflowError` for the relative-offset range). That is a programmer error when the caller
-  made up the entry, and a corrupt log when recovery took it from one (Kafka's `InvalidOffsetException`).
-  A file that breaks an invariant raises `CorruptIndexError` from `sanity_check`, naming the file and the
-  byte position of the first offending entry (or of the partial entry at the end).
-* `read_only=True` never creates, writes, truncates or fsyncs the file: memory may still be changed (an
-  index rebuilt for a segment opened read-only), and `flush()` then raises `LogStateError`; `close()`
-  drops such changes. Renaming and deleting are not content changes and stay allowed.
-* Not thread-safe: the log that owns the segment serialises access under its lock.
+Rules a caller must know: an index file always holds exactly its valid entries (never preallocated); entries
+live in memory and reach the file only at `flush()` (`append` flushes by itself past `_PENDING_BYTES_MAX`),
+`fsync()` flushes and fsyncs, `close()` flushes without fsync; opening never validates; `is_full` tells the
+log to roll; an entry that breaks an invariant raises `IndexAppendError`, a file that does `CorruptIndexError`;
+`read_only=True` never changes the file. Not thread-safe: the log that owns the segment serialises access
+under its lock. The decisions, and where they differ from Kafka: see docs/design.md, "Index files".
 """
 
 from __future__ import annotations

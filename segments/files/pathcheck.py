@@ -1,41 +1,20 @@
 """What logcleaner accepts inside a log dir: partition directory names, no symbolic links, only regular files.
 
-Owns three rules and the helpers that enforce them; it reads directory entries (`lstat`, `scandir`) and
+Owns these rules and the helpers that enforce them; it reads directory entries (`lstat`, `scandir`) and
 never reads or writes a file's content.
 
-* Names. A partition directory is `<topic>-<partition>`, split at the last `-`, as Kafka names them: the
-  topic is 1..249 characters of `[a-zA-Z0-9._-]` and neither `.` nor `..`; the partition is a
-  non-negative int32 in canonical decimal (ASCII digits, no sign, no leading zero), so one partition has
-  exactly one directory name. Kafka's `<topic>-<partition>.<id>-delete`, `-future` and `-stray`
-  directories and `lost+found` are known not to be partitions and are passed over quietly; any other
-  directory is not a partition either, and callers report it (`partition_dir_name_problem`).
-* Links. Nothing inside a log dir that is a symbolic link is followed: not a partition directory, not a
-  segment, index, snapshot, checkpoint, lock or temporary file. `check_partition_dir` refuses a
-  partition directory that is a link or holds one (`LinkRefusedError`, naming the path), before anything
-  in it is opened; opens that create or truncate files add `O_NOFOLLOW` on top (`open_no_follow`), so a
-  link that appears after the check fails the open instead of being written through. A log dir path
-  itself may be a link (the operator's choice); callers resolve it once.
-* Regular files only. An entry of a partition directory whose name logcleaner would open (a segment, index,
-  snapshot, checkpoint, metadata or lock file, with any `.cleaned`/`.swap`/`.deleted`/`.tmp` suffix;
-  `is_partition_file_name`) and that is not a regular file — a FIFO, a socket, a device, a directory — is
-  refused like a link (`NotRegularFileError`, naming it and what it is), by `check_partition_dir` from the
-  listing's `lstat`, before anything is opened: opening a FIFO blocks until someone opens its other end, so
-  it must never be opened at all. Entries with other names are never opened and are left alone. A single
-  file named on a command line is checked the same way (`check_regular_file`); a log-dir checkpoint is
-  opened non-blocking and checked with `fstat` before it is read (`segments.partition.checkpoint`).
+* Names: a partition directory is `<topic>-<partition>` as Kafka names them, one canonical name per
+  partition; Kafka's `-delete`, `-future`, `-stray` directories and `lost+found` are passed over quietly,
+  any other directory is reported by callers (`partition_dir_name_problem`).
+* Links: nothing inside a log dir that is a symbolic link is followed (`check_partition_dir`,
+  `LinkRefusedError`, before anything is opened; `open_no_follow` for opens that create or truncate).
+* Regular files only: an entry under a name logcleaner opens (`is_partition_file_name`) that is a FIFO,
+  socket, device or directory is refused from the listing (`NotRegularFileError`), never opened.
+* Owners: files written in place of a segment's take its mode, and as root its owner (`copy_ownership`).
 
-* Owners. Files that cleaning writes in place of a segment's files take that segment's mode and, when
-  the cleaner runs as root, its owner and group (`copy_ownership`), so the log's writer (a broker, a
-  writer process running as another user) keeps the access it had. A cleaner that is not root cannot
-  give files away: it keeps the mode, and the files become its own.
-
-Limits of the link and regular-file rules: `O_NOFOLLOW` guards the last path component only, and the
-listing check and the open are two steps. Someone who can rename entries inside a log dir between the two could still redirect
-an open; such a person can rewrite the data anyway. The rules are against links and special files left by
-operators, tools and backups, not against an attacker with write access to the log dir.
-
-Names from the filesystem may hold any bytes (newlines, invalid UTF-8); `display_path` renders them on
-one printable line for logs, error messages and JSON.
+They guard against links and special files left by operators, tools and backups, not against an attacker with
+write access to the log dir. `display_path` renders any name on one printable line. The rules in full, and
+their limits: see docs/design.md, "Paths inside a log dir".
 """
 
 from __future__ import annotations

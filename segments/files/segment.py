@@ -11,10 +11,10 @@ file position is read by `read_header_at` (a pread of the header bytes, decoded 
 `segments.codec.batches.peek_header`), whole batches by `segments.codec.records` / `segments.codec.legacy`, whole
 buffers by `segments.codec.scan`.
 
-Torn tail versus corruption (house rule 10): recovery treats an invalid final batch as a torn tail only
-when nothing but that batch (or zero bytes, from preallocation) follows its start; a bad batch that is
-followed by more data is corruption and raises `CorruptRecordError` with the file and position, leaving
-the file untouched.
+Torn tail versus corruption (the project's rule, docs/design.md, "Torn tail versus corruption"): recovery
+treats an invalid final batch as a torn tail only when nothing but that batch (or zero bytes, from
+preallocation) follows its start; a bad batch that is followed by more data is corruption and raises
+`CorruptRecordError` with the file and position, leaving the file untouched.
 """
 
 from __future__ import annotations

@@ -7,18 +7,11 @@ have begun in an earlier one), ordered by strictly increasing `last_offset` (the
 does not read `.log` files or decide which transactions were aborted (the producer-state code and the
 cleaner do), and does not decide when to rebuild (recovery resets the index and re-appends).
 
-It shares the mechanics of `segments.files.index` (entries in memory as numpy columns, read lazily, deferred
-writes, `flush`/`fsync` through the `FileOps` passed in, `read_only`, `rename_to` for the swap
-protocol, `IndexAppendError` for entries that break the order, `CorruptIndexError` with the byte
-position from `sanity_check`), with two differences, both Kafka's:
-
-* The file is created lazily: it does not exist until the first entry is flushed, so most segments
-  have none. `write_entries` with no entries removes the file rather than writing an empty one.
-* No preallocation and no `segment.index.bytes` limit. The entry count is limited by
-  `TXN_INDEX_ENTRIES_MAX` instead: each entry stands for an ABORT marker, a control batch of at least
-  `RECORD_BATCH_OVERHEAD` bytes inside the segment, and positions in a segment are int32.
-
-Not thread-safe: the log that owns the segment serialises access under its lock.
+It shares the mechanics of `segments.files.index` (entries in memory, read lazily, deferred writes through
+the `FileOps` passed in, `read_only`, `IndexAppendError`, `CorruptIndexError`), with two differences, both
+Kafka's: the file is created lazily (most segments have none; `write_entries` with no entries removes it),
+and the entry count is limited by `TXN_INDEX_ENTRIES_MAX` rather than `segment.index.bytes`. See
+docs/design.md, "Index files". Not thread-safe: the log that owns the segment serialises access under its lock.
 """
 
 from __future__ import annotations

@@ -7,21 +7,10 @@ crash leaves either the old or the new file. It does not decide what the offsets
 `update_offset_checkpoint` is a read-merge-write, and the caller must hold whatever lock serialises
 writers of that file (the cleaner manager's lock for `cleaner-offset-checkpoint`).
 
-Grammar (UTF-8, `\\n` line ends): line 1 the version (0), line 2 the entry count N, then N entry lines.
-Offset checkpoints (`cleaner-offset-checkpoint`, `recovery-point-offset-checkpoint`,
-`replication-offset-checkpoint`, `log-start-offset-checkpoint`) hold `topic partition offset`;
-`leader-epoch-checkpoint` holds `epoch startOffset`. Writers separate fields with one space and sort
-offset entries by (topic, partition) so equal content gives equal bytes; readers split on whitespace.
-
-Reader rules, following Kafka's `CheckpointFile` where it has one:
-* a missing file reads as empty (as does an empty file, or one with only a version line: Kafka's reader
-  returns no entries when it runs out of lines before the count);
-* wrong version, a count that is not a non-negative integer, a line without exactly the expected fields
-  or with a field that is not a decimal integer in range, a count that differs from the number of entry
-  lines, a partition listed twice, bytes that are not UTF-8, or a file above `checkpoint_bytes_max` raise
-  `CheckpointError` naming the file and the 1-based line (line 0: the file as a whole).
-Values are not checked for meaning (an offset may be any int64, as for Kafka's `Long.parseLong`);
-partitions must be non-negative int32s because they come from directory names.
+Rules: writers separate fields with one space and sort offset entries by (topic, partition), so equal content
+gives equal bytes; readers split on whitespace, read a missing file as empty, and raise `CheckpointError`
+naming the file and the 1-based line for anything malformed. The grammar of each file and the reader's rules
+in full, following Kafka's `CheckpointFile`: docs/format.md section 3.5.
 """
 
 from __future__ import annotations
@@ -146,7 +135,7 @@ def _decode_entries(
 def decode_offset_checkpoint(
     data: bytes, *, path: str | os.PathLike = "<bytes>", checkpoint_bytes_max: int = CHECKPOINT_BYTES_MAX
 ) -> dict[TopicPartition, int]:
-    """Parse an offset checkpoint (`topic partition offset` lines); see the module docstring for the rules."""
+    """Parse an offset checkpoint (`topic partition offset` lines); see docs/format.md section 3.5 for the rules."""
     result: dict[TopicPartition, int] = {}
     for line, (topic, partition_text, offset_text) in _decode_entries(
         data, path=path, version=OFFSET_CHECKPOINT_VERSION, fields=3, bytes_max=checkpoint_bytes_max
@@ -236,7 +225,7 @@ def read_offset_checkpoint(
 ) -> dict[TopicPartition, int]:
     """Read an offset checkpoint into `{(topic, partition): offset}`; a missing file gives `{}`.
 
-    Raises `CheckpointError` (file, line) as described in the module docstring.
+    Raises `CheckpointError` (file, line) as described in docs/format.md section 3.5.
     """
     data = _read_limited(path, checkpoint_bytes_max)
     if data is None:

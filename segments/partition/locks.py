@@ -1,51 +1,18 @@
 """Advisory locks that let one writer process and one cleaner process share a partition directory.
 
-The protocol (every lock is an `flock` on a small file inside `<topic>-<partition>/`; the kernel releases
-it when the holder dies, so a crash never leaves a partition locked):
-
-| lock file       | mode      | held by                                   | for                                      |
-|-----------------|-----------|-------------------------------------------|------------------------------------------|
-| `.writer.lock`  | exclusive | the one writer process                    | its whole life: a second writer fails    |
-| `.cleaner.lock` | exclusive | the one process cleaning this partition   | a whole cleaning round, start to finish  |
-| `.swap.lock`    | exclusive | the cleaner's swap; the writer's roll;    | the few renames that change which files  |
-|                 |           | leftover recovery at open                 | make up the log                          |
-|                 | shared    | anyone listing the directory's segments   | a consistent view of the segment set     |
-
-Rules that follow from it:
-* The writer alone appends to and rolls the active (last) segment; the cleaner never opens the active
-  segment for writing and only replaces segments below it.
-* The swap and the roll exclude each other, so the cleaner's notion of "the active segment" is never
-  invalidated mid-swap, and a reader never lists a half-renamed directory.
-* `.cleaned` files belong to whoever holds `.cleaner.lock`; leftover recovery deletes them only while it
-  holds that lock itself (so a writer opening during a cleaning round leaves them alone).
-* A reader that has opened a segment file keeps reading it after a swap (the old inode stays valid), so
-  reads never need to hold a lock for longer than the listing.
-* A reader creates nothing: it takes the shared `.swap.lock` only if the file exists (`create=False`), and
-  lists without it otherwise. That is safe because the file exists before any swap or roll can happen:
-  a writer and a cleaner create it when they open the partition, and take it exclusively there for leftover
-  recovery, before they list, roll or swap anything; nobody of ours ever removes it. So a missing file
-  means no writer or cleaner of ours has opened the partition yet. One may be opening it right now (it
-  creates the file just after the reader looked); what its open changes while the reader lists is what a
-  reader copes with anyway: an index rewritten in place (a reader sanity-checks every index and rebuilds a
-  bad one in memory), the active segment's torn tail cut (a reader stops quietly at an incomplete batch),
-  and leftovers of someone else's interrupted swap being finished (Kafka's own `.swap`/`.deleted` files:
-  a reader that listed just before the recovery would see the directory mid-swap as well; no lock of ours
-  covers another program's swap).
-Lock order, to avoid deadlock: `.writer.lock` or `.cleaner.lock` first, then `.swap.lock`.
-
-These locks coordinate processes. Threads inside one process coordinate with the `PartitionLog`'s own
-mutex; each `PartitionLock` opens its own file description, so two threads also exclude each other.
-
-The log dir's `.lock` (`LogDirLock`) keeps logcleaner and a Kafka broker apart. A running broker holds an
-exclusive POSIX record lock on `<log dir>/.lock` (Java's `FileChannel.tryLock()`, i.e. `fcntl(F_SETLK,
-F_WRLCK)`) for as long as it owns the log dir. Whatever changes files in a log dir (a writer or cleaner
-`PartitionLog`, so every round, retention pass and ingest) first takes a *shared* open-file-description
-lock on the same byte range (`F_OFD_SETLK, F_RDLCK`): it fails while a broker holds its lock — we refuse,
-naming the broker's pid — and while we hold it a broker that starts fails its own `tryLock()` and refuses
-to start on the log dir. Shared locks do not conflict with each other, so any number of our threads and
-processes hold one at once; being per open file description, closing another descriptor of `.lock`
-(which drops a process's classic POSIX locks) does not release ours. The file is created if missing
-(empty, as Kafka creates it). Read-only commands take no lock; they ask `log_dir_owner()` and warn.
+Owns `PartitionLock`, an `flock` on a small file inside `<topic>-<partition>/` (released by the kernel when
+the holder dies, so a crash never leaves a partition locked), and `LogDirLock`, the shared lock on the log
+dir's `.lock` that keeps logcleaner and a running Kafka broker apart. The protocol:
+* `.writer.lock` (exclusive): the one writer, for its whole life; it alone appends to and rolls the active
+  segment. `.cleaner.lock` (exclusive): the one cleaner of the partition, for a whole round; `.cleaned`
+  files are its own, and it never writes the active segment.
+* `.swap.lock`: exclusive for the few renames of a swap, a roll or leftover recovery; shared while listing
+  segments. A reader takes it only if the file exists (`create=False`) and creates nothing.
+* Lock order, to avoid deadlock: `.writer.lock` or `.cleaner.lock` first, then `.swap.lock`.
+* These locks coordinate processes; threads of one process use the `PartitionLog`'s own mutex.
+* Whatever changes files in a log dir holds `LogDirLock` first, which fails while a broker owns the log dir;
+  read-only commands take no lock and ask `log_dir_owner()`.
+The full protocol, and why it is safe: see docs/design.md, "Locks".
 """
 
 from __future__ import annotations

@@ -4,26 +4,17 @@ Owns the segment set of one partition and the rules that span segments: opening 
 index validation and rebuild, pass-5 recovery of unflushed segments), appending as the single writer
 (offset assignment, rolling by `segment.bytes`, `segment.ms`, a full index and the 2^31 relative-offset
 limit), reading with Kafka's semantics, lookup by timestamp, and replacing a run of segments with cleaned
-ones through the `.cleaned → .swap → .deleted` protocol.
+ones through the `.cleaned → .swap → .deleted` protocol. It does not decide what to clean (that is `cleaner/`).
 
-It does not decide what to clean (that is `cleaner/`). Cross-process coordination follows the protocol
-in `segments.partition.locks`:
+Modes, under the protocol of `segments.partition.locks`: "writer" holds `.writer.lock` for its life and alone
+appends and rolls; "cleaner" holds `.cleaner.lock` for its life, never writes the active segment and swaps
+segments below it (both under `.swap.lock`); "reader" holds only a shared `.swap.lock` while listing (if that
+file exists), creates and writes nothing, and rebuilds a missing or bad index in memory only.
 
-* mode "writer" holds `.writer.lock` for its life; it alone appends and rolls (under `.swap.lock`).
-* mode "cleaner" holds `.cleaner.lock` for its life; it never writes the active segment and swaps
-  segments below it (under `.swap.lock`).
-* mode "reader" holds no lock except a shared `.swap.lock` while listing segments (only if that file
-  exists: a reader creates no file, see `segments.partition.locks`), and writes nothing: a missing or bad index is
-  rebuilt in memory only.
-
-Crash behaviour of `replace_segments` (each step fsyncs before the next; see `segments.partition.recovery`):
-a crash while `.cleaned` files exist rolls back to the old segments; a crash after every new file
-became `.swap` rolls forward to the new ones; a reopen finishes either way, never neither, never both.
-Old files are deleted right after the swap: a reader that already opened them keeps its descriptor.
-
-What a torn tail means here: only the active segment of the writer may end in an incomplete batch
-(a crash mid-append); it is cut at open. Any other invalid batch raises `CorruptRecordError` naming
-the file and position and leaves the files as they were.
+`replace_segments` fsyncs each step before the next, so a reopen after a crash finds each group all old or all
+new (docs/format.md section 4); old files are deleted right after the swap, and a reader that opened them keeps
+its descriptor. Only the writer's active segment may end in a torn batch (a crash mid-append; cut at open); any
+other invalid batch raises `CorruptRecordError` naming the file and position and leaves the files as they were.
 """
 
 from __future__ import annotations
@@ -316,7 +307,7 @@ class PartitionLog:
 
         Without the lock a reader may list a directory mid-swap. A reader never creates the lock file:
         where it is missing, no writer or cleaner of ours has opened the partition, so none can be
-        swapping or rolling (`segments.partition.locks` gives the argument); where nobody can write (a read-only
+        swapping or rolling (docs/design.md, "Locks", gives the argument); where nobody can write (a read-only
         directory or file), nobody swaps either.
         """
         lock = PartitionLock(self.directory, SWAP_LOCK, shared=True, create=self.mode != "reader")

@@ -1,24 +1,14 @@
 """Crash recovery of the swap protocol's leftover files, exactly as Kafka's `LogLoader` does it.
 
-Owns passes 1-4 of `docs/format.md` section 4 over one partition directory:
-
-1. delete every `*.deleted`; collect `*.cleaned` and let `minCleaned` be their smallest offset; delete
-   every `*.swap` whose offset ≥ `minCleaned` (an incomplete `.cleaned → .swap` step); delete every
-   `*.cleaned`;
-2. for the remaining `*.log.swap`: `minSwap` = smallest base, `maxSwap` = largest next offset;
-3. delete every non-swap file (log, indexes, snapshot) whose offset lies in `[minSwap, maxSwap)`: the old
-   segments that had not yet been renamed to `.deleted`;
-4. drop the `.swap` suffix of every remaining swap file, and delete index files that have no `.log`.
-
-What a crash at each step of the swap leaves, and what this does with it:
-* during writing `.cleaned` → only `.cleaned` files: deleted; the old segments are intact (abort);
-* part-way through `.cleaned → .swap` → `.swap` files with `.cleaned` at or below them: deleted (abort);
-* all `.swap`, old files partly renamed to `.deleted` → old files removed, swaps renamed (roll forward);
-* part-way through `.swap → ""` → the remaining swaps are renamed (roll forward).
+Owns passes 1-4 of `docs/format.md` section 4 over one partition directory: delete `.deleted` files and
+abandoned `.cleaned`/`.swap` files, delete the old segments a complete set of `.swap` files replaces, then
+drop the `.swap` suffixes and delete index files that have no `.log`. That section also says what a crash at
+each step of the swap leaves and what recovery does with it (abort before every new file is `.swap`, roll
+forward after).
 
 `plan_leftover_recovery` works out what passes 1-4 would do from one listing, changing nothing:
-`recover_leftovers` carries the plan out, and a reader (`segments.partition.log`, mode "reader") shows the segments Kafka
-would have after recovery, and lists the leftovers, without touching a file.
+`recover_leftovers` carries the plan out, and a reader (`segments.partition.log`, mode "reader") shows the
+segments Kafka would have after recovery, and lists the leftovers, without touching a file.
 
 Pass 5 (re-validating segments past the recovery point) belongs to `segments.partition.log`. `.cleaned` files
 are only touched when `include_cleaned` is true: the caller passes false while another process holds

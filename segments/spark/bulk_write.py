@@ -1,26 +1,17 @@
 """Bulk writes of a topic into a log dir from many independent tasks: staged pieces, then one ordered commit.
 
 Owns the protocol the Spark data source's writer follows (and anything else that writes a topic in parallel):
-
-1. Every task writes, per partition it has rows for, one *piece*: a file of v2 batches (offsets counting from
-   0) under `<log dir>/.logsegments-staging-<job>.tmp/<task>-<attempt>/`. Tasks write nothing else, so a
-   failed or retried task attempt leaves only files that no commit names.
+1. Every task attempt writes, per partition it has rows for, one *piece* of v2 batches under
+   `<log dir>/.logsegments-staging-<job>.tmp/<task>-<attempt>/`, and nothing else.
 2. The commit (one process; Spark's driver) appends each partition's pieces in task order through a
-   `PartitionLog` writer — offsets assigned from the log end, segments rolled at `segment.bytes`, indexes and
-   checkpoints written as by any writer — then rolls, so what the job wrote is all in inactive segments and
-   cleanable; a high watermark on record moves to the new log end. Input order within a partition is task order, then row order within each task.
-3. Where a partition directory is new, or the job overwrites the topic, the partition is built in the staging
-   area and moved into place with one rename (a `RENAME_EXCHANGE` over an existing directory, under its
-   writer and cleaner locks), so no reader sees half a partition. Overwrite also removes the topic's
-   partitions numbered N and above. Appends to an existing partition go through its writer lock in place.
+   `PartitionLog` writer, then rolls, so what the job wrote is all in inactive segments and cleanable.
+3. A new partition, or every partition under overwrite, is built in the staging area and moved into place
+   with one rename, so no reader sees half a partition; appends to an existing one go through its writer lock.
 4. The staging directory is removed after the commit or abort; an abort also removes the log dir (and its
-   parents) if the job created them and they are still empty (`missing_dirs` before the job, `abort_job`
-   after), so a failed job leaves the filesystem as it found it.
-
-Decisions: a topic that already has partitions in the log dir keeps its partition count — appending with a
-different N is refused, since keys would move between partitions and compaction would keep two latest
-records for them. A crash of the committing process can leave some partitions committed and the staging
-directory behind (named `.logsegments-staging-*.tmp`, safe to delete when no job runs).
+   parents) if the job created them and they are still empty.
+A topic that already has partitions in the log dir keeps its partition count (another N is refused). A crash
+of the committing process can leave some partitions committed and the staging directory behind. Every step
+in full, and why: see docs/spark.md, "How a write lands".
 """
 
 from __future__ import annotations
