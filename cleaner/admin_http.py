@@ -22,7 +22,6 @@ Owns request parsing and JSON rendering only; every answer comes from the daemon
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import threading
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .admin_token import ADMIN_TOKEN_ENV, check_authorization
+from .listen import client_url, is_loopback, parse_listen  # where they live now; kept here for their users
 from .manager import StateError
 
 if TYPE_CHECKING:  # the daemon module imports this one
@@ -42,34 +42,6 @@ __all__ = ["AdminServer", "client_url", "is_loopback", "parse_listen"]
 log = logging.getLogger(__name__)
 
 _BODY_BYTES_MAX = 64 * 1024
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """`host:port` (`[::1]:9464` for IPv6) → (host, port); raises ValueError."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"listen must be host:port, got {listen!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (an address or `localhost`) is a loopback address."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
-
-
-def client_url(listen: str) -> str:
-    """The URL a client on the same host uses for a daemon listening on `listen` (a wildcard → loopback)."""
-    host, port = parse_listen(listen)
-    if host in ("0.0.0.0", ""):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 _NO_TOKEN_MESSAGE = (

@@ -19,6 +19,7 @@ import click
 from segments.codec.errors import SegmentError
 
 from .cli_support import CommandGroup, OneLineUsageError, notes_on_rebuilt_indexes, one_line
+from .listen import DEFAULT_LISTEN, client_url
 
 __all__ = ["main"]
 
@@ -257,19 +258,16 @@ def admin(operation: str, partition: str, url: str | None, config_path: Path | N
 def _daemon_address(url: str | None, config_path: Path | None) -> tuple[str, Path | None]:
     """The daemon's URL (`--url`, else the config's [server] listen, else the default) and the config's
     admin_token_file (None without -c or without the setting)."""
-    from .admin_http import client_url
-    from .daemon import SERVER_DEFAULTS
-
     if url is not None:
         _check_url(url)
     if config_path is None:
-        return url or client_url(str(SERVER_DEFAULTS["listen"])), None
+        return url or client_url(DEFAULT_LISTEN), None
     from .admin_token import AdminTokenError, resolve_token_file
     from .config_file import ConfigFileError, load_config
 
     try:
         server = load_config(config_path).server
-        address = url or client_url(str(server.get("listen", SERVER_DEFAULTS["listen"])))
+        address = url or client_url(str(server.get("listen", DEFAULT_LISTEN)))
         token_file = server.get("admin_token_file")
         return address, None if token_file is None else resolve_token_file(token_file, config_path)
     except (ConfigFileError, AdminTokenError, ValueError) as exc:

@@ -23,13 +23,16 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import click
 
 from segments.codec.errors import display_path
-from segments.partition.log import IndexRebuild
 
 from .errors import CleanerError
+
+if TYPE_CHECKING:
+    from segments.partition.log import IndexRebuild
 
 __all__ = [
     "BROKEN_PIPE_EXIT", "CommandGroup", "OneLineErrorsCommand", "OneLineUsageError", "index_notes",
@@ -127,6 +130,9 @@ class _IndexNotes(logging.Filter):
         self._seen: set[tuple[str, str]] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
+        # numpy (segments.partition.log, loaded by whoever logged this): not imported with the CLI, for its start-up
+        from segments.partition.log import IndexRebuild
+
         event = getattr(record, "index_rebuild", None)
         if not isinstance(event, IndexRebuild) or not event.in_memory:
             return True  # any other record goes on as it would have

@@ -29,7 +29,7 @@ from pathlib import Path
 from segments.files.pathcheck import open_no_follow
 from segments.partition.log import parse_partition_dir_name
 
-from .admin_http import AdminServer, is_loopback, parse_listen
+from .admin_http import AdminServer
 from .admin_token import (
     ADMIN_TOKEN_ENV,
     AdminTokenError,
@@ -40,6 +40,7 @@ from .admin_token import (
 )
 from .config_file import ConfigFileError, LoadedConfig, load_config
 from .errors import CleanerError
+from .listen import DEFAULT_LISTEN, is_loopback, parse_listen
 from .manager import DISK_FULL_RETRY_MS_DEFAULT, UNCLEANABLE_RETRY_MS_DEFAULT, CleanerManager, StateError
 from .metrics import CleanerMetrics
 from .pool import CleanerPool
@@ -50,7 +51,7 @@ __all__ = ["DAEMON_LOCK", "Daemon", "DaemonStartError", "clock_from_environment"
 log = logging.getLogger(__name__)
 
 SERVER_DEFAULTS = {
-    "listen": "127.0.0.1:9464",
+    "listen": DEFAULT_LISTEN,
     "discovery_interval_ms": 5_000,
     "uncleanable_retry_ms": UNCLEANABLE_RETRY_MS_DEFAULT,
     "disk_full_retry_ms": DISK_FULL_RETRY_MS_DEFAULT,

@@ -30,7 +30,6 @@ from offsetmap import OffsetMap, hash_key_spans
 from segments.files.readahead import WindowRing, read_ahead
 from segments.partition.log import PartitionLog
 
-from ._kernels import mark_offsets, offsets_marked
 from .survey import WINDOW_BYTES, LogSurvey
 
 __all__ = ["IndexResult", "SupersededOffsets", "build_offset_map"]
@@ -52,10 +51,16 @@ class SupersededOffsets:
 
     def mark(self, offsets: np.ndarray) -> None:
         """Mark `offsets` superseded (those outside the bitmap, and -1, are ignored)."""
+        # numba (the round's kernels) is imported only when a round indexes: start-up of the CLI stays fast
+        from ._kernels import mark_offsets
+
         mark_offsets(self.bits, self.start, np.ascontiguousarray(offsets, dtype=np.int64))
 
     def marked(self, offsets: np.ndarray) -> np.ndarray:
         """int8 per offset: 1 superseded, 0 not, -1 outside the bitmap (the map must be asked)."""
+        # numba (the round's kernels) is imported only when a round recopies: start-up of the CLI stays fast
+        from ._kernels import offsets_marked
+
         out = np.empty(len(offsets), dtype=np.int8)
         offsets_marked(self.bits, self.start, np.ascontiguousarray(offsets, dtype=np.int64), out)
         return out

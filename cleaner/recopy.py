@@ -33,7 +33,6 @@ from segments.files.segment import LogSegment
 from segments.files.txnindex import AbortedTxn
 from segments.partition.log import PartitionLog
 
-from ._kernels import assemble_batches, copy_records, rebase_records
 from .indexing import SupersededOffsets
 from .survey import WINDOW_BYTES, LogSurvey
 
@@ -329,6 +328,9 @@ def _rebuild_v2(result, i: int, records: np.ndarray, stamp_horizon: bool, ctx: R
                 clear_horizon: bool = False) -> tuple[bytes, int]:
     """A rebuilt v2 batch holding `records` (indices into the scan's record arrays); returns (bytes, max ts).
     With `clear_horizon` its delete horizon, if any, is dropped (it keeps no tombstone and is no marker)."""
+    # numba (the round's kernels) is imported only when a round recopies: start-up of the CLI stays fast
+    from ._kernels import copy_records, rebase_records
+
     attributes = int(result.attributes[i])
     log_append_time = bool(attributes & fmt.TIMESTAMP_TYPE_MASK)
     timestamps = result.timestamp[records]
@@ -394,6 +396,9 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stat
     hands back the batches it cannot build (compressed v2, legacy), which are built here one by one.
     Rebuilt batches marked in `clear_horizon` are written without their delete horizon.
     """
+    # numba (the round's kernels) is imported only when a round recopies: start-up of the CLI stays fast
+    from ._kernels import assemble_batches
+
     n = result.n_batches
     worst = len(result.buffer) + fmt.RECORD_BATCH_OVERHEAD * n + 10 * result.n_records
     out.reserve(worst, n)

@@ -31,7 +31,6 @@ import numpy as np
 from segments.codec import format as fmt
 from segments.codec.errors import CorruptRecordError
 from segments.codec.records import decode_batch, decode_control_key
-from segments.codec.scan import scan
 from segments.files.facts import SegmentFacts
 from segments.files.readahead import WindowRing, read_ahead
 from segments.partition.facts import LogFacts
@@ -300,6 +299,9 @@ def _check_legacy_wrappers(result, window, path) -> None:
     """Decode every v0/v1 compressed wrapper of a window of an inactive segment in full (inner messages and
     their own CRC-32s, which only decompression reaches), so that damage inside one stops the round before
     anything is swapped. Such wrappers are rare and old; v2 batches are decoded by the later phases."""
+    # numba (the scan's kernels) is imported only when a scan runs: start-up of the CLI stays fast
+    from segments.codec.scan import scan
+
     for i in np.flatnonzero(result.is_legacy & (result.compression != fmt.COMPRESSION_NONE)).tolist():
         start = int(result.batch_position[i]) - result.base_position
         try:

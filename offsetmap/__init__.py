@@ -17,24 +17,57 @@ the limits and the errors below. Everything else is private.
 
 from __future__ import annotations
 
-from .errors import (
-    KeySpanError,
-    OffsetMapConfigError,
-    OffsetMapError,
-    OffsetMapFullError,
-    OffsetMapInputError,
-    OffsetOrderError,
-)
-from .hashing import SEED_MAX, hash_key, hash_key_spans
-from .map import (
-    BYTES_PER_SLOT,
-    LOAD_FACTOR_DEFAULT,
-    PER_THREAD_MEMORY_BYTES_MAX,
-    SLOTS_MAX,
-    OffsetMap,
-    memory_bytes_for_keys,
-    per_thread_memory_bytes,
-)
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for type checkers; at run time each name is imported at its first use (`__getattr__`)
+    from .errors import (
+        KeySpanError,
+        OffsetMapConfigError,
+        OffsetMapError,
+        OffsetMapFullError,
+        OffsetMapInputError,
+        OffsetOrderError,
+    )
+    from .hashing import SEED_MAX, hash_key, hash_key_spans
+    from .map import (
+        BYTES_PER_SLOT,
+        LOAD_FACTOR_DEFAULT,
+        PER_THREAD_MEMORY_BYTES_MAX,
+        SLOTS_MAX,
+        OffsetMap,
+        memory_bytes_for_keys,
+        per_thread_memory_bytes,
+    )
+
+# The public names and the modules they live in. The package imports none of them itself (PEP 562): importing
+# `offsetmap.errors` must not load numba with the kernels (the start-up of `logcleaner`, issue 19).
+_SOURCES = {
+    ".errors": (
+        "KeySpanError", "OffsetMapConfigError", "OffsetMapError", "OffsetMapFullError", "OffsetMapInputError",
+        "OffsetOrderError",
+    ),
+    ".hashing": ("SEED_MAX", "hash_key", "hash_key_spans"),
+    ".map": (
+        "BYTES_PER_SLOT", "LOAD_FACTOR_DEFAULT", "PER_THREAD_MEMORY_BYTES_MAX", "SLOTS_MAX", "OffsetMap",
+        "memory_bytes_for_keys", "per_thread_memory_bytes",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})
+
 
 __all__ = [
     "BYTES_PER_SLOT",

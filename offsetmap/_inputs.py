@@ -11,7 +11,7 @@ import operator
 
 import numpy as np
 
-from . import _kernels
+from ._compiled import kernels
 from .errors import KeySpanError, OffsetMapConfigError, OffsetMapInputError, OffsetOrderError
 
 SEED_MAX = 2**32 - 1  # MurmurHash3 seeds are 32-bit; mmh3 accepts [0, 2**32 - 1]
@@ -103,7 +103,7 @@ def same_length(**arrays: np.ndarray) -> int:
 
 def check_spans(buf: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray) -> None:
     """Raise KeySpanError for the first span not inside `buf` (length -1, a null key, always passes)."""
-    bad = _kernels.check_spans(buf.size, key_pos, key_len)
+    bad = kernels().check_spans(buf.size, key_pos, key_len)
     if bad >= 0:
         raise KeySpanError(bad, int(key_pos[bad]), int(key_len[bad]), buf.size)
 
@@ -111,7 +111,7 @@ def check_spans(buf: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray) -> No
 def check_offsets(offsets: np.ndarray, offset_min: int) -> None:
     """Raise OffsetOrderError unless offsets are non-decreasing and none is below `offset_min` (>= 0)."""
     assert offset_min >= 0, "offset_min must already include the non-negative floor"
-    bad = _kernels.check_offsets(offsets, offset_min)
+    bad = kernels().check_offsets(offsets, offset_min)
     if bad >= 0:
         floor = offset_min if bad == 0 else max(offset_min, int(offsets[bad - 1]))
         raise OffsetOrderError(bad, int(offsets[bad]), floor)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import mmh3
 import numpy as np
 
-from . import _inputs, _kernels
+from . import _inputs
+from ._compiled import kernels
 from .errors import OffsetMapInputError
 
 __all__ = ["SEED_MAX", "hash_key", "hash_key_spans"]
@@ -69,5 +70,5 @@ def hash_key_spans(
     _inputs.check_spans(buffer, positions, lengths)
     h1 = np.empty(count, dtype=np.uint64)
     h2 = np.empty(count, dtype=np.uint64)
-    _kernels.hash_spans(buffer, positions, lengths, np.uint64(seed), h1, h2)
+    kernels().hash_spans(buffer, positions, lengths, np.uint64(seed), h1, h2)
     return h1, h2

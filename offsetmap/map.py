@@ -58,7 +58,8 @@ import operator
 
 import numpy as np
 
-from . import _inputs, _kernels
+from . import _inputs
+from ._compiled import BUCKET_SLOTS, WORDS_PER_SLOT, kernels
 from .errors import OffsetMapConfigError, OffsetMapFullError, OffsetMapInputError, OffsetOrderError
 from .hashing import hash_key
 
@@ -74,7 +75,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-BYTES_PER_SLOT = _kernels.WORDS_PER_SLOT * 8  # 16-byte hash + 8-byte offset
+BYTES_PER_SLOT = WORDS_PER_SLOT * 8  # 16-byte hash + 8-byte offset
 LOAD_FACTOR_DEFAULT = 0.9  # Kafka's log.cleaner.io.buffer.load.factor default
 PER_THREAD_MEMORY_BYTES_MAX = 2**31 - 1  # Kafka caps each thread's share of the dedupe buffer at Int.MaxValue
 SLOTS_MAX = 2**32 - 1  # bucket choice reduces 32 hash bits; ~103 GB, far above any per-thread budget
@@ -251,7 +252,7 @@ class OffsetMap:
     @property
     def table(self) -> np.ndarray:
         """Read-only (slots, 3) uint64 view of the table: columns h1, h2, offset + 1 (0 = empty slot)."""
-        view = self._table.reshape(self._slots, _kernels.WORDS_PER_SLOT).view()
+        view = self._table.reshape(self._slots, WORDS_PER_SLOT).view()
         view.flags.writeable = False
         return view
 
@@ -275,7 +276,8 @@ class OffsetMap:
         if value < floor:
             raise OffsetOrderError(0, value, floor)
         h1, h2 = hash_key(key, self._seed)
-        status, size = _kernels.put_one(
+        k = kernels()
+        status, size = k.put_one(
             self._active,
             self._active_slots,
             self._buckets_choice,
@@ -286,7 +288,7 @@ class OffsetMap:
             self._size,
             self._active_capacity,
         )
-        if status == _kernels.STATUS_FULL:
+        if status == k.STATUS_FULL:
             raise OffsetMapFullError(self._size, self._active_capacity)
         self._size = int(size)
         self._latest_offset = value
@@ -295,7 +297,7 @@ class OffsetMap:
         """The offset last put for `key`, or -1 if the map does not hold it."""
         h1, h2 = hash_key(key, self._seed)
         return int(
-            _kernels.get_one(
+            kernels().get_one(
                 self._active, self._active_slots, self._buckets_choice, self._buckets_all, np.uint64(h1), np.uint64(h2)
             )
         )
@@ -335,7 +337,7 @@ class OffsetMap:
         if count == 0:
             return 0
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
-        consumed, size = _kernels.insert_hashes(
+        consumed, size = kernels().insert_hashes(
             self._active,
             self._active_slots,
             self._buckets_choice,
@@ -359,7 +361,7 @@ class OffsetMap:
         words2 = _inputs.hash_words("h2", h2)
         count = _inputs.same_length(h1=words1, h2=words2)
         result = _output(out, count)
-        _kernels.lookup_hashes(
+        kernels().lookup_hashes(
             self._active, self._active_slots, self._buckets_choice, self._buckets_all, words1, words2, result
         )
         return result
@@ -388,7 +390,7 @@ class OffsetMap:
             return 0
         _inputs.check_spans(buffer, positions, lengths)
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
-        consumed, size = _kernels.insert_spans(
+        consumed, size = kernels().insert_spans(
             self._active,
             self._active_slots,
             self._buckets_choice,
@@ -421,7 +423,7 @@ class OffsetMap:
         count = _inputs.same_length(key_pos=positions, key_len=lengths)
         _inputs.check_spans(buffer, positions, lengths)
         result = _output(out, count)
-        _kernels.lookup_spans(
+        kernels().lookup_spans(
             self._active,
             self._active_slots,
             self._buckets_choice,
@@ -444,7 +446,7 @@ class OffsetMap:
         if self._mapping is not None and _MADV_DONTNEED is not None:
             self._mapping.madvise(_MADV_DONTNEED)
         else:
-            self._table.fill(_kernels.EMPTY_OFFSET_WORD)
+            self._table.fill(kernels().EMPTY_OFFSET_WORD)
         self._size = 0
         self._latest_offset = -1
 
@@ -474,9 +476,9 @@ class OffsetMap:
         """Probe the first `slots` slots (the table was just cleared)."""
         self._active_slots = slots
         self._active_capacity = min(_capacity(slots, self._load_factor), self._capacity)
-        self._active = self._table[: slots * _kernels.WORDS_PER_SLOT]
-        self._buckets_choice = np.uint64(max(1, slots // _kernels.BUCKET_SLOTS))
-        self._buckets_all = -(-slots // _kernels.BUCKET_SLOTS)
+        self._active = self._table[: slots * WORDS_PER_SLOT]
+        self._buckets_choice = np.uint64(max(1, slots // BUCKET_SLOTS))
+        self._buckets_all = -(-slots // BUCKET_SLOTS)
 
     def _consumed(self, consumed: int, size: int, offsets: np.ndarray) -> int:
         assert 0 <= consumed <= offsets.size, "kernel consumed more entries than it was given"
@@ -512,7 +514,7 @@ def _capacity(slots: int, factor: float) -> int:
 
 def _slots_for_keys(keys: int, factor: float, slots_max: int) -> int:
     """The fewest whole buckets of slots whose capacity under `factor` is at least `keys` (at most slots_max)."""
-    bucket = _kernels.BUCKET_SLOTS
+    bucket = BUCKET_SLOTS
     slots = -(-math.ceil(keys / factor) // bucket) * bucket
     while _capacity(slots, factor) < keys:
         slots += bucket

@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import crc32c as _crc32c
-
 from . import format as fmt
 from .compression import DECOMPRESSED_BYTES_MAX_DEFAULT, compress, decompress
 from .errors import CorruptRecordError, TruncatedBatchError, UnsupportedFormatError
@@ -46,9 +44,12 @@ __all__ = [
 ]
 
 
-def crc32c(data: bytes | memoryview) -> int:
-    """CRC-32C (Castagnoli) of `data`, hardware-accelerated where the CPU has it."""
-    return _crc32c.crc32c(data)
+def crc32c(data: bytes | memoryview, crc: int = 0) -> int:
+    """CRC-32C (Castagnoli) of `data`, continuing `crc`, hardware-accelerated where the CPU has it."""
+    # crc32c: its import reads its package's metadata (~15 ms), so it is made at the first checksum, not at start-up
+    import crc32c as _crc32c
+
+    return _crc32c.crc32c(data, crc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,7 +438,7 @@ def encode_batch_from_region(
         )
     )
     crc = crc32c(memoryview(header)[fmt.ATTRIBUTES_OFFSET :])
-    crc = _crc32c.crc32c(region, crc)
+    crc = crc32c(region, crc)
     header[fmt.CRC_OFFSET : fmt.CRC_OFFSET + 4] = crc.to_bytes(4, "big")
     return bytes(header) + region
 

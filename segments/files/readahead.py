@@ -21,11 +21,12 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from ..codec.scan import ScanBuffers
+if TYPE_CHECKING:
+    from ..codec.scan import ScanBuffers
 
 __all__ = ["WindowRing", "read_ahead"]
 
@@ -43,14 +44,20 @@ class WindowRing:
         if count < 1 or window_bytes < 1:
             raise ValueError("a window ring needs at least one set of at least one byte")
         self.window_bytes = window_bytes
-        self._sets = [(np.empty(0, dtype=np.uint8), ScanBuffers()) for _ in range(count)]
+        self._sets: list[tuple[np.ndarray, ScanBuffers] | None] = [None] * count  # made at their first window
         self._next = 0
 
     def next(self, size: int) -> tuple[np.ndarray, ScanBuffers]:
         """The next set in turn, its read buffer at least `size` bytes (grown once, then reused)."""
         k = self._next
         self._next = (k + 1) % len(self._sets)
-        read_buffer, buffers = self._sets[k]
+        made = self._sets[k]
+        if made is None:
+            # numba (the scan's kernels) is imported only when a scan runs: start-up of the CLI stays fast
+            from ..codec.scan import ScanBuffers
+
+            made = self._sets[k] = (np.empty(0, dtype=np.uint8), ScanBuffers())
+        read_buffer, buffers = made
         if len(read_buffer) < size:
             read_buffer = np.empty(max(size, min(self.window_bytes, 2 * len(read_buffer))), dtype=np.uint8)
             self._sets[k] = (read_buffer, buffers)

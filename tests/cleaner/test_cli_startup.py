@@ -1,0 +1,93 @@
+"""The light commands load only what they need (issue 19, start-up): `logcleaner --help`, `status`, and `clean`
+and `verify` of a log with nothing in it never import numba (nor llvmlite), pyspark, pyarrow or
+prometheus_client; `--help` and `status` not numpy either. numba and the compiled kernels are loaded when a scan
+or a round with work runs, pyspark by the Spark commands, prometheus_client by the daemon.
+
+Each case runs one command in a fresh interpreter, in-process (`main(args, standalone_mode=False)`), and then
+reads `sys.modules`: what a command imports is what its start-up pays for. Nothing here measures a time
+(`bench/startup_bench.py` does).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+NEVER_LIGHT = ("numba", "llvmlite", "pyspark", "pyarrow", "pandas", "prometheus_client")
+
+_PROBE = """
+import json, sys
+from cleaner.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+except SystemExit as exc:
+    code = exc.code
+except Exception as exc:  # click.ClickException: a refused connection, say (the CLI shows it in one line)
+    code = type(exc).__name__
+else:
+    code = 0
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def run_in_fresh_interpreter(args: list[str], cwd) -> tuple[object, set[str]]:
+    """(exit code or exception name, top-level packages imported) of `logcleaner ARGS` run in a new Python."""
+    probe = _PROBE if args else "import json, sys, cleaner.cli; print(json.dumps({'code': 0, 'modules': sorted(sys.modules)}))"
+    done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert last.startswith("{"), f"the probe did not finish: {done.stdout}{done.stderr}"
+    found = json.loads(last)
+    return found["code"], {name.split(".")[0] for name in found["modules"]}
+
+
+@pytest.fixture
+def empty_log_dir(tmp_path):
+    """A log dir holding one empty partition directory, `t/demo-0/`."""
+    (tmp_path / "t" / "demo-0").mkdir(parents=True)
+    return tmp_path / "t"
+
+
+@pytest.mark.parametrize(("args", "also_not"), [
+    ([], ("numpy",)),  # `import cleaner.cli` alone
+    (["--help"], ("numpy",)),
+    (["clean", "--help"], ("numpy",)),
+    (["status", "--url", "http://127.0.0.1:1"], ("numpy",)),  # a refused connection: exit 1, one line
+    # the partition name is checked by segments.files.pathcheck, whose file-name grammar imports numpy
+    (["admin", "pause", "t-0", "--url", "http://127.0.0.1:1"], ()),
+])
+def test_help_and_the_daemon_clients_import_no_heavy_library(tmp_path, args, also_not):
+    code, imported = run_in_fresh_interpreter(args, tmp_path)
+    assert code in (0, "ClickException"), code  # the daemon's port is refused
+    assert imported.isdisjoint(NEVER_LIGHT + also_not), sorted(imported & set(NEVER_LIGHT + also_not))
+
+
+@pytest.mark.parametrize("command", [["clean", "--set", "cleanup.policy=compact"], ["verify"]])
+def test_clean_and_verify_of_an_empty_log_never_load_numba(empty_log_dir, command):
+    code, imported = run_in_fresh_interpreter([*command, str(empty_log_dir)], empty_log_dir.parent)
+    assert code == 0
+    assert imported.isdisjoint(NEVER_LIGHT), sorted(imported & set(NEVER_LIGHT))
+
+
+def test_a_round_with_work_still_loads_the_kernels(tmp_path):
+    """The other side: what is delayed is loaded when needed (a partition with records is scanned and cleaned)."""
+    from segments.tools.generate import WorkloadSpec, generate_partition
+
+    generate_partition(tmp_path / "t" / "demo-0", WorkloadSpec(records=200, keys=20, tombstone_fraction=0.0, seed=1))
+    code, imported = run_in_fresh_interpreter(["clean", "--set", "cleanup.policy=compact", str(tmp_path / "t")],
+                                              tmp_path)
+    assert code == 0
+    assert "numba" in imported
+
+
+@pytest.mark.parametrize("package", ["segments", "offsetmap", "cleaner"])
+def test_the_package_facades_import_nothing_heavy_and_still_give_every_public_name(tmp_path, package):
+    probe = (f"import json, sys, {package}; before = sorted(sys.modules); from {package} import *; "
+             f"print(json.dumps([before, [n for n in {package}.__all__ if n not in globals()]]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    before, missing = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {name.split(".")[0] for name in before}.isdisjoint(NEVER_LIGHT + ("numpy",))
+    assert missing == []
