@@ -6,7 +6,9 @@ be cleaned (the active segment, the high watermark, the first open transaction, 
 `min.compaction.lag.ms`), rounded down to a segment base, the clean/cleanable byte counts whose ratio
 ranks logs (clean bytes: the segments below the first dirty offset; cleanable bytes: those of
 [first dirty, first uncleanable); ratio = cleanable / (clean + cleanable)), and how overdue the log is by
-`max.compaction.lag.ms`. One function, `cleanable_range`, for the daemon's selection (`cleaner.manager`,
+`max.compaction.lag.ms`; and the soonest delete horizon (KIP-534) kept in the segments a round recopies
+([log start, first uncleanable)): once it has passed, a pass over the log removes what it keeps (a tombstone,
+a marker), dirty or not. One function, `cleanable_range`, for the daemon's selection (`cleaner.manager`,
 from the facts `segments.partition.facts` reads cheaply) and for every round (`cleaner.round`, from its
 survey's facts), so that a log is selected only for what a round may clean. Pure arithmetic over
 `LogFacts`; no I/O.
@@ -21,7 +23,7 @@ from segments.partition.facts import LogFacts
 
 from .settings import TopicSettings
 
-__all__ = ["CleanableRange", "cleanable_range"]
+__all__ = ["CleanableRange", "cleanable_range", "horizon_passed"]
 
 _LONG_MAX = 2**63 - 1  # max.compaction.lag.ms unset
 
@@ -38,6 +40,12 @@ class CleanableRange:
     checkpoint_was_reset: bool
     bound: str  # what set first_uncleanable: "active segment", "high watermark", ...
     compaction_delay_ms: int = 0  # how long past max.compaction.lag.ms its oldest cleanable dirty batch is (0: not)
+    # The soonest delete horizon kept in the segments a round recopies, [log start, first uncleanable) (-1: none)
+    kept_delete_horizon_ms: int = -1
+
+    def horizon_passed(self, now_ms: int) -> bool:
+        """True when a kept tombstone's or marker's delete horizon has passed: a horizon pass is due."""
+        return horizon_passed(self.kept_delete_horizon_ms, now_ms)
 
     @property
     def dirty_ratio(self) -> float:
@@ -47,6 +55,11 @@ class CleanableRange:
     @property
     def empty(self) -> bool:
         return self.first_uncleanable <= self.first_dirty
+
+
+def horizon_passed(horizon_ms: int, now_ms: int) -> bool:
+    """True when `horizon_ms` (a delete horizon, -1: none) has passed at `now_ms`: what it keeps may go."""
+    return 0 <= horizon_ms <= now_ms
 
 
 def cleanable_range(
@@ -117,5 +130,6 @@ def cleanable_range(
         if firsts:
             delay = max(0, now_ms - topic.max_compaction_lag_ms - min(firsts))
     return CleanableRange(
-        log_start_offset, first_dirty, first_uncleanable, clean_bytes, cleanable_bytes, reset, bound, delay
+        log_start_offset, first_dirty, first_uncleanable, clean_bytes, cleanable_bytes, reset, bound, delay,
+        facts.earliest_delete_horizon_ms(log_start_offset, first_uncleanable),
     )

@@ -6,17 +6,23 @@ ratio and compaction delay with the function a round uses (`cleaner.cleanable.cl
 selected only for what a round may clean: an open transaction bounds both) from the facts segments/ reads
 about its files cheaply (`segments.partition.facts`: each segment file's headers walked once while it does
 not change, an active segment's only where it grew; no log is held open, no lock taken), picking the
-filthiest eligible log (ratio above
-`min.cleanable.dirty.ratio`, or overdue by `max.compaction.lag.ms`, or triggered by an operator, or keeping
-a tombstone or marker whose delete horizon has passed, as its last round reported), and the per-partition
-state machine: idle → in progress → idle,
-in progress → aborted → paused, paused(n) ↔ paused(n±1) with counted pauses.
+filthiest eligible log (ratio above `min.cleanable.dirty.ratio`, or overdue by `max.compaction.lag.ms`, or
+triggered by an operator, or keeping a tombstone or marker whose delete horizon has passed), and the
+per-partition state machine: idle → in progress → idle, in progress → aborted → paused, paused(n) ↔
+paused(n±1) with counted pauses.
 
 Where it does better than Kafka (docs/kafka-cleaner.md section 4): an uncleanable partition is retried when
 its files change or after a backoff that doubles up to a cap, instead of staying stuck until restart; a
 log whose tombstones or markers wait only for a second pass is selected again once their horizon passes,
-and only while one has passed (a round reports only horizons a later pass can act on, `cleaner.recopy`); a
-log dir whose files raise an I/O error goes offline alone; concurrent cleanings are spread over devices.
+and only while one has passed; a log dir whose files raise an I/O error goes offline alone; concurrent
+cleanings are spread over devices.
+
+Delete horizons: a log's next one is the soonest its batch headers keep where a pass reaches
+(`CleanableRange.kept_delete_horizon_ms`, the figure a round's horizon pass goes by), read at every pass
+whoever stamped them (a `clean`, `demo`, this daemon before a restart), or the one its last round reported a
+later pass can act on (`cleaner.recopy`). A kept horizon that had already passed when the partition's last
+round of this run was selected is passed over: that round kept it (a batch no pass removes, e.g. a marker
+another cleaner stamped while its transaction keeps data), so no log is selected again and again for it.
 
 It never cleans and never reads or writes segment or index bytes itself: it lists and stats partition
 directories, reads the log dir's checkpoint files, and asks `segments.partition.facts` about the rest; the
@@ -50,7 +56,7 @@ from segments.partition.log import parse_partition_dir_name, update_log_dir_chec
 from segments.tools.kraft import METADATA_PARTITION
 
 from . import survivorship
-from .cleanable import cleanable_range
+from .cleanable import cleanable_range, horizon_passed
 from .errors import CleanerError
 from .policy import (
     NEVER_TOUCHED_TOPICS,
@@ -117,7 +123,12 @@ class PartitionStatus:
     first_uncleanable: int = 0
     compaction_delay_ms: int = 0
     triggered: bool = False
-    next_delete_horizon_ms: int = -1  # of a kept tombstone or marker, from its last round (-1: none): when it is due
+    # The soonest delete horizon of a kept tombstone or marker, from its files and its last round (-1: none kept):
+    # when a horizon pass is due.
+    next_delete_horizon_ms: int = -1
+    round_delete_horizon_ms: int = -1  # the one its last round of this run reported (-1: none)
+    selected_at_ms: int = -1  # the clock when its running (or last) round was selected
+    horizons_seen_ms: int = -1  # when its last finished round was selected: kept horizons up to then were its own
     uncleanable_reason: str | None = None
     uncleanable_fingerprint: tuple = ()
     uncleanable_retry_at_ms: int = 0
@@ -386,6 +397,7 @@ class CleanerManager:
         status.total_bytes = facts.size_bytes
         if not facts.segments:
             status.dirty_ratio, status.cleanable_bytes, status.clean_bytes, status.compaction_delay_ms = 0.0, 0, 0, 0
+            status.next_delete_horizon_ms = -1
             return
         log_start = max(facts.segments[0].base_offset, checkpoints.read(root, LOG_START_OFFSET_CHECKPOINT).get(key, 0))
         checkpoint = checkpoints.read(root, CLEANER_OFFSET_CHECKPOINT).get(key)
@@ -401,6 +413,10 @@ class CleanerManager:
         status.clean_bytes = rng.clean_bytes
         status.dirty_ratio = rng.dirty_ratio
         status.compaction_delay_ms = rng.compaction_delay_ms
+        # The horizons its files keep where a pass reaches (what the round's horizon pass goes by), but not one
+        # that had passed when its last round was selected: that round kept it, and would keep it again.
+        kept = rng.kept_delete_horizon_ms if rng.kept_delete_horizon_ms > status.horizons_seen_ms else -1
+        status.next_delete_horizon_ms = min((h for h in (kept, status.round_delete_horizon_ms) if h >= 0), default=-1)
 
     # ---- selection ------------------------------------------------------------------------------------
 
@@ -449,7 +465,7 @@ class CleanerManager:
                     clean, status.cleanable_bytes, s, min_ratio=topic.min_cleanable_dirty_ratio,
                     backstop_ratio=self.settings.cleaner.survivorship_backstop_ratio,
                 )
-            horizon_due = 0 <= status.next_delete_horizon_ms <= now
+            horizon_due = horizon_passed(status.next_delete_horizon_ms, now)
             has_dirty = status.cleanable_bytes > 0 and status.first_uncleanable > status.first_dirty
             if status.triggered:
                 reason = "triggered"
@@ -476,6 +492,7 @@ class CleanerManager:
                 if chosen is not None and chosen.state == PartitionState.IDLE:
                     chosen.state = PartitionState.IN_PROGRESS
                     chosen.triggered = False
+                    chosen.selected_at_ms = now
                     return candidate
         return None
 
@@ -501,7 +518,8 @@ class CleanerManager:
             status.uncleanable_reason = None
             status.uncleanable_failures = 0
             status.disk_full_failures = 0
-            status.next_delete_horizon_ms = next_delete_horizon_ms
+            status.round_delete_horizon_ms = status.next_delete_horizon_ms = next_delete_horizon_ms
+            status.horizons_seen_ms = status.selected_at_ms
             if not result.done:
                 status.triggered = True  # the map filled: continue at once with the next round
             self._finish(status)

@@ -18,7 +18,7 @@ for the gauges (so they are never stale). Names:
 | logcleaner_io_bytes_total{direction} | bytes read and written by cleaning |
 | logcleaner_partition_dirty_ratio{topic,partition,log_dir} | per partition |
 | logcleaner_partition_cleanable_bytes{topic,partition,log_dir} | per partition |
-| logcleaner_partition_next_delete_horizon_seconds{topic,partition,log_dir} | when a kept tombstone's or marker's delete horizon passes next (epoch seconds, as of its last round; -1: none) |
+| logcleaner_partition_next_delete_horizon_seconds{topic,partition,log_dir} | when a kept tombstone's or marker's delete horizon passes next (epoch seconds, read from the log's batch headers at every selection, whoever stamped it; -1: none kept) |
 | logcleaner_round_duration_seconds | histogram of round durations |
 | logcleaner_rounds_total{result} | rounds by outcome: ok, aborted, failed |
 | logcleaner_records_removed_total, logcleaner_bytes_removed_total | what cleaning removed |
@@ -182,5 +182,5 @@ class _StateCollector:
                     [([t, str(p), d], c) for t, p, d, _, c in partitions])
         horizons = state.get("delete_horizons", [])  # (topic, partition, log_dir, next horizon ms or -1)
         yield gauge("logcleaner_partition_next_delete_horizon_seconds",
-                    "When the next kept tombstone's or marker's delete horizon passes, epoch seconds (-1: none).",
+                    "When the next kept tombstone's or marker's delete horizon passes, epoch seconds (-1: none kept).",
                     None, labels, [([t, str(p), d], h / 1000.0 if h >= 0 else -1.0) for t, p, d, h in horizons])

@@ -17,7 +17,8 @@ so a round with nothing to remove changes no file.
 
 Delete horizons (KIP-534): the round reports the soonest horizon of a kept tombstone or marker that a later
 pass may act on (`RoundResult.next_delete_horizon_ms`); with `horizon_pass`, a log whose survey finds such a
-horizon passed below its first uncleanable offset gets that pass even with nothing dirty.
+horizon passed in the segments a pass recopies (`CleanableRange.kept_delete_horizon_ms`, the figure the daemon's
+selection reads from the same headers) gets that pass even with nothing dirty.
 
 In generational mode (`cleaner.generations`) the offset map covers the younger merged generations and the
 dirty head, only segments from the oldest merged generation on are recopied, and a partial round keeps every
@@ -154,8 +155,8 @@ def clean_round(
     round after round. With `force_recopy`, a log with no dirty section still has its clean section
     recopied, so tombstones and markers whose delete horizon has passed go (Kafka never revisits such a
     log until new writes make it dirty). With `horizon_pass`, the same when the survey finds a kept
-    tombstone's or marker's delete horizon passed (below the first uncleanable offset), and only then: what
-    `logcleaner clean` asks. `ring` holds the read buffers of the round's windows; a cleaner
+    tombstone's or marker's delete horizon passed (from the log start to the first uncleanable offset), and
+    only then: what `logcleaner clean` asks. `ring` holds the read buffers of the round's windows; a cleaner
     thread passes the same one every round, as it does its map, so rounds reuse memory. With `verify`
     (`log.cleaner.verify`), each group passes `cleaner.safety.check_group` before it is swapped in.
     `charge_io(n)` is called before every read and write of n bytes, on the thread doing it (the device's
@@ -172,8 +173,9 @@ def clean_round(
     faults.hit("round.after_survey")
     checkpoint = log_.read_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT)
     high_watermark = log_.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT)
+    facts = survey.facts(high_watermark)
     rng = cleanable_range(
-        survey.facts(high_watermark),
+        facts,
         topic,
         log_start_offset=log_.log_start_offset,
         now_ms=now_ms,
@@ -187,13 +189,13 @@ def clean_round(
             log_.topic, log_.partition, rng.log_start_offset, checkpoint,
         )
         log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, rng.first_dirty)
-    # Horizons stamped by earlier rounds, as the survey sees them; a pass reaches no further than the range.
-    pending_ms = survey.earliest_delete_horizon_ms(rng.first_uncleanable)
-    if horizon_pass and 0 <= pending_ms <= now_ms:
+    # Horizons stamped by earlier passes, as the survey sees them, in the segments a pass recopies: the rule the
+    # daemon's selection applies to the same facts read without a survey (`cleaner.manager`).
+    if horizon_pass and rng.horizon_passed(now_ms):
         force_recopy = True  # a kept tombstone's or marker's horizon has passed: recopy the clean section too
     if rng.empty and not (force_recopy and rng.first_dirty > rng.log_start_offset):
         return _result(log_, rng, None, None, RecopyStats(), dry_run, size_before, survey_s, 0.0, started, offset_map,
-                       survey.bytes_read, None, left_horizon_ms=pending_ms)
+                       survey.bytes_read, None, left_horizon_ms=rng.kept_delete_horizon_ms)
     generations = _plan_generations(log_, survey, topic, rng, offset_map, force_recopy) if forced_from is None else None
     map_from = generations.map_from if generations is not None else rng.first_dirty
     recopy_from = generations.recopy_from if generations is not None else rng.log_start_offset
@@ -262,7 +264,8 @@ def clean_round(
     recopied = frozenset(s.base_offset for group in groups for s in group)
     result = _result(log_, rng, index, groups, stats, dry_run, size_before, survey_s, index.elapsed_s, started, offset_map,
                      survey.bytes_read, generations, (verified, verify_s),
-                     left_horizon_ms=survey.earliest_delete_horizon_ms(rng.first_uncleanable, recopied))
+                     left_horizon_ms=facts.earliest_delete_horizon_ms(rng.log_start_offset, rng.first_uncleanable,
+                                                                      recopied))
     log.info("%s", result.log_line())
     if result.groups_unchanged:
         log.info("%d of %d group(s) of %s-%d came out as they went in: not swapped (no rename, no fsync)",

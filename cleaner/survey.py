@@ -123,7 +123,7 @@ class LogSurvey:
         selection reads without a survey (`segments.partition.facts`), so both find the same range."""
         segments = tuple(
             SegmentFacts(s.base_offset, s.size_bytes, s.next_offset, s.largest_timestamp, s.first_batch_timestamp,
-                         s.last_modified_ms)
+                         s.last_modified_ms, s.earliest_delete_horizon_ms)
             for s in self.segments
         )
         return LogFacts(segments, high_watermark, self.first_unstable_offset(high_watermark))
@@ -168,13 +168,6 @@ class LogSurvey:
         markers = txns[1]
         j = int(np.searchsorted(markers, marker_offset))
         return j < len(markers) and int(markers[j]) == marker_offset
-
-    def earliest_delete_horizon_ms(self, below: int, skip: frozenset[int] = frozenset()) -> int:
-        """The soonest delete horizon of the segments whose base offset is below `below`, those in `skip` left
-        out (-1: none)."""
-        horizons = [s.earliest_delete_horizon_ms for s in self.segments
-                    if s.base_offset < below and s.base_offset not in skip and s.earliest_delete_horizon_ms >= 0]
-        return min(horizons, default=-1)
 
     def aborted_transactions_ending_in(self, start: int, end: int) -> list[Transaction]:
         """Aborted transactions whose marker lies in [start, end), by marker offset (for `.txnindex`)."""

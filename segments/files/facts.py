@@ -10,7 +10,9 @@ the active one, batch by batch (one small read per header).
 
 The figures are the ones a cleaning round's survey (`cleaner.survey`) takes from the same headers: the
 largest timestamp is the largest batch maxTimestamp (-1 when none), the first batch timestamp the first
-batch's maxTimestamp, the next offset the last batch's lastOffset + 1 (the base offset if empty); a
+batch's maxTimestamp, the next offset the last batch's lastOffset + 1 (the base offset if empty), the earliest
+delete horizon the least baseTimestamp of the batches with records whose attribute bit 6 is set (KIP-534: a
+cleaner stamps it on a batch keeping a tombstone or a transaction marker; -1 when none); a
 transaction opens at a producer's first transactional data batch and ends at its COMMIT or ABORT marker (a
 control batch with records; one emptied by a cleaner ends nothing). A walk raises `CorruptRecordError`
 (file, position) at a header that is not a batch's, and at an incomplete final batch of an inactive segment
@@ -48,6 +50,7 @@ class SegmentFacts:
     largest_timestamp: int  # the largest batch maxTimestamp; -1 when the segment holds no timestamps
     first_batch_timestamp: int  # maxTimestamp of its first batch (-1 if empty)
     last_modified_ms: int
+    earliest_delete_horizon_ms: int = -1  # the least delete horizon of its batches with records (-1: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +89,8 @@ class SegmentWalk:
     segment goes in windows. Not thread-safe: one caller at a time.
     """
 
-    __slots__ = ("base_offset", "position", "next_offset", "largest_timestamp", "first_batch_timestamp", "_last",
-                 "_first_markers", "_later", "_open", "_max_marker", "_summary")
+    __slots__ = ("base_offset", "position", "next_offset", "largest_timestamp", "first_batch_timestamp",
+                 "earliest_delete_horizon_ms", "_last", "_first_markers", "_later", "_open", "_max_marker", "_summary")
 
     def __init__(self, base_offset: int) -> None:
         self.base_offset = base_offset
@@ -95,6 +98,7 @@ class SegmentWalk:
         self.next_offset = base_offset
         self.largest_timestamp = -1
         self.first_batch_timestamp = -1
+        self.earliest_delete_horizon_ms = -1
         self._last: tuple[int, int, int, int] | None = None  # (position, base offset, crc, length) of the last batch
         self._first_markers: dict[int, tuple[int, int]] = {}  # producer id -> (marker, first data offset or -1)
         self._later: list[tuple[int, int]] = []  # (marker, first offset) of the other transactions ending here
@@ -130,6 +134,9 @@ class SegmentWalk:
             if self.first_batch_timestamp == -1 and result.start_position == 0:
                 self.first_batch_timestamp = int(result.max_timestamp[0])
             self.largest_timestamp = max(self.largest_timestamp, int(result.max_timestamp.max()))
+            horizons = result.delete_horizon_ms[(result.delete_horizon_ms >= 0) & (result.records_count != 0)]
+            if len(horizons):
+                self._note_horizon(int(horizons.min()))
             self.next_offset = int(result.last_offset[-1]) + 1
             self.position = result.end_position
             # Only transactional data batches and control batches of a producer change its transactions.
@@ -142,6 +149,10 @@ class SegmentWalk:
                     local = position - result.base_position
                     self._end_transaction(segment, position, window[local: local + int(result.batch_size[i])],
                                           int(result.producer_id[i]), int(result.last_offset[i]))
+
+    def _note_horizon(self, horizon_ms: int) -> None:
+        if self.earliest_delete_horizon_ms < 0 or horizon_ms < self.earliest_delete_horizon_ms:
+            self.earliest_delete_horizon_ms = horizon_ms
 
     def _open_transaction(self, pid: int, first_offset: int) -> None:
         if pid not in self._open:
@@ -170,6 +181,8 @@ class SegmentWalk:
         if self.first_batch_timestamp == -1 and position == 0:
             self.first_batch_timestamp = header.max_timestamp
         self.largest_timestamp = max(self.largest_timestamp, header.max_timestamp)
+        if header.has_delete_horizon and header.records_count != 0:
+            self._note_horizon(header.base_timestamp)
         self.next_offset = header.next_offset
         pid = header.producer_id
         if pid < 0:
@@ -183,7 +196,7 @@ class SegmentWalk:
 
     def facts(self, size_bytes: int, last_modified_ms: int) -> SegmentFacts:
         return SegmentFacts(self.base_offset, size_bytes, self.next_offset, self.largest_timestamp,
-                            self.first_batch_timestamp, last_modified_ms)
+                            self.first_batch_timestamp, last_modified_ms, self.earliest_delete_horizon_ms)
 
     def txn_summary(self) -> TxnSummary:
         if self._summary is None:

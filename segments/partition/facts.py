@@ -1,4 +1,5 @@
-"""A partition's cheap facts: its segments' sizes, offsets and timestamps, and its first unstable offset.
+"""A partition's cheap facts: its segments' sizes, offsets, timestamps and delete horizons, and its first
+unstable offset.
 
 Owns `LogFacts`, what deciding where a partition may be cleaned needs of its files (the arithmetic itself is
 `cleaner.cleanable`, shared by the daemon's selection and by every round), and `FactsCache`, which reads
@@ -45,6 +46,12 @@ class LogFacts:
     @property
     def size_bytes(self) -> int:
         return sum(s.size_bytes for s in self.segments)
+
+    def earliest_delete_horizon_ms(self, start: int, end: int, skip: frozenset[int] = frozenset()) -> int:
+        """The least delete horizon kept in the segments whose base offset is in [`start`, `end`), those in
+        `skip` left out (-1: none)."""
+        return min((s.earliest_delete_horizon_ms for s in self.segments if start <= s.base_offset < end
+                    and s.base_offset not in skip and s.earliest_delete_horizon_ms >= 0), default=-1)
 
 
 def first_unstable_offset(summaries: Iterable[TxnSummary], high_watermark: int | None = None) -> int | None:

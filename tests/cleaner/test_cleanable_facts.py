@@ -107,6 +107,33 @@ def test_first_unstable_offset_folds_transactions_across_segments():
     assert first_unstable_offset([second], high_watermark=20) == 15  # no data of 7 before: its own first
 
 
+def test_the_least_delete_horizon_of_a_segments_batches_with_records_is_one_of_its_facts(tmp_path, walk_mode):
+    d = partition_dir(tmp_path)
+    build_log(d, [
+        batch([(b"a", b"1")]), batch([(b"b", None)], delete_horizon_ms=T0 + 500),
+        batch([(b"c", None)], delete_horizon_ms=T0 + 300), ROLL,
+        encode_batch([], base_offset=0, last_offset_delta=0, delete_horizon_ms=T0 + 100),  # emptied: keeps nothing
+        batch([(b"d", None)], delete_horizon_ms=T0 + 700), ROLL,
+        batch([(b"e", None)], delete_horizon_ms=T0 + 50),  # the active segment
+    ], roll_at_end=False)
+    facts = FactsCache().read(d)
+    assert facts == _survey_facts(d, None)
+    assert [s.earliest_delete_horizon_ms for s in facts.segments] == [T0 + 300, T0 + 700, T0 + 50]
+    bases = [s.base_offset for s in facts.segments]
+    assert facts.earliest_delete_horizon_ms(0, bases[2]) == T0 + 300
+    assert facts.earliest_delete_horizon_ms(0, bases[2], frozenset({0})) == T0 + 700
+    topic = Settings.from_mappings({"cleanup.policy": "compact"}).topic("t")
+    # What a pass reaches, [log start, first uncleanable): the active segment's horizon is not among them.
+    rng = cleanable_range(facts, topic, log_start_offset=0, now_ms=T0, checkpoint=bases[2])
+    assert rng.empty and rng.kept_delete_horizon_ms == T0 + 300
+    assert not rng.horizon_passed(T0 + 299) and rng.horizon_passed(T0 + 300)
+    rng = cleanable_range(facts, topic, log_start_offset=bases[1], now_ms=T0, checkpoint=bases[2])
+    assert rng.kept_delete_horizon_ms == T0 + 700
+    build_log(d, [batch([(b"f", b"1")])], roll_at_end=True)  # roll: every segment is within reach
+    assert cleanable_range(FactsCache().read(d), topic, log_start_offset=0, now_ms=T0,
+                           checkpoint=bases[2]).kept_delete_horizon_ms == T0 + 50
+
+
 class _Walks:
     """Counts the segment walks and the bytes they walk over."""
 

@@ -30,7 +30,7 @@ from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset
 from segments.partition.log import LogConfig, PartitionLog
 from segments.tools.generate import WorkloadSpec, generate_partition
 
-from .builders import BIG_MAP_BYTES, ROLL, batch, build_log, txn_batch
+from .builders import BIG_MAP_BYTES, ROLL, batch, build_log, clean, records, txn_batch
 
 T0 = 1_700_000_000_000  # generated record timestamps start here
 HOUR_MS = 3_600_000
@@ -400,6 +400,58 @@ def test_a_log_whose_delete_horizon_has_passed_is_selected_for_a_recopy(env):
     env.clock.now_ms += 1000
     candidate = manager.grab_filthiest()
     assert (candidate.reason, candidate.force_recopy) == ("delete horizon", True)
+
+
+def _stamped_log(env: Env, now_ms: int, *, retention_ms: int = 1000) -> Path:
+    """t-0 with a tombstone for a, cleaned once at `now_ms` (as `clean` or `demo` would): the tombstone's batch
+    carries the delete horizon now_ms + retention_ms and nothing is dirty."""
+    directory = env.log_dir / "t-0"
+    build_log(directory, [batch([(b"a", b"1"), (b"b", b"1")]), ROLL, batch([(b"a", None), (b"b", b"2")])])
+    stamped = clean(directory, now_ms=now_ms, settings={"delete.retention.ms": retention_ms})
+    assert stamped.next_delete_horizon_ms == now_ms + retention_ms
+    return directory
+
+
+def test_a_delete_horizon_its_files_keep_is_shown_at_the_first_pass_and_selects_the_log_once_passed(env):
+    # Stamped before this manager existed (a `clean`, `demo`, or the daemon before a restart): no round of its own.
+    directory = _stamped_log(env, env.clock.now_ms)
+    horizon = env.clock.now_ms + 1000
+    manager = env.manager()
+    assert manager.grab_filthiest() is None  # nothing dirty, the horizon not passed
+    assert status_of(manager, directory).next_delete_horizon_ms == horizon
+    env.clock.now_ms = horizon
+    candidate = manager.grab_filthiest()
+    assert (candidate.directory, candidate.reason, candidate.force_recopy) == (directory, "delete horizon", True)
+    passed = clean(directory, now_ms=horizon, settings={"delete.retention.ms": 1000}, force_recopy=True)
+    assert [k for _, k, v in records(directory) if v is None] == []  # the tombstone went
+    manager.done_cleaning(directory, passed, passed.next_delete_horizon_ms)
+    for later in (horizon, horizon + 30 * 86_400_000):
+        env.clock.now_ms = later
+        assert manager.grab_filthiest() is None
+        assert status_of(manager, directory).next_delete_horizon_ms == -1
+
+
+def test_a_passed_horizon_its_last_round_kept_does_not_select_the_log_again(env):
+    # A COMMIT marker stamped elsewhere while its transaction keeps data: no pass removes it, and it keeps its horizon.
+    directory = env.log_dir / "t-0"
+    marker = encode_batch([Record(0, T0, fmt.CONTROL_KEY.pack(0, fmt.CONTROL_TYPE_COMMIT),
+                                  fmt.END_TXN_MARKER_VALUE.pack(0, 0))],
+                          base_offset=0, is_control=True, producer_id=2, producer_epoch=0,
+                          delete_horizon_ms=T0 + 1000)
+    build_log(directory, [txn_batch([(b"a", b"1")], pid=2), marker])
+    env.set_checkpoint(directory, env.bases(directory)[-1])  # all clean
+    env.clock.now_ms = T0 + 2 * 86_400_000
+    manager = env.manager()
+    candidate = manager.grab_filthiest()
+    assert candidate.reason == "delete horizon"  # it cannot tell before a pass
+    kept = clean(directory, now_ms=env.clock.now_ms, force_recopy=True)
+    assert kept.groups_unchanged == kept.groups and kept.next_delete_horizon_ms == -1
+    manager.done_cleaning(directory, kept, kept.next_delete_horizon_ms)
+    for later in (0, 1, 86_400_000):
+        env.clock.now_ms += later
+        assert manager.grab_filthiest() is None  # not again and again
+        assert status_of(manager, directory).next_delete_horizon_ms == -1
+    assert env.manager().grab_filthiest().reason == "delete horizon"  # a new daemon: one pass, then the same
 
 
 # ---- uncleanable partitions ---------------------------------------------------------------------------------------
