@@ -33,6 +33,8 @@ from offsetmap import hash_key, hash_key_spans
 from segments.codec.errors import CorruptRecordError
 from segments.partition.log import PartitionLog
 
+from .cli_support import megabytes
+
 __all__ = ["KeyRecord", "PartitionAudit", "audit_partition", "histogram_buckets"]
 
 _WINDOW_BYTES = 16 * 1024 * 1024
@@ -242,7 +244,7 @@ def describe(audit: PartitionAudit, *, summary: bool) -> str:
     if summary:
         lines.append(
             f"{audit.partition}: {audit.records} records in [{audit.log_start_offset}, {audit.log_end_offset}), "
-            f"{audit.size_bytes / 1e6:.2f} MB: {audit.distinct_keys} distinct keys, {audit.tombstones} tombstones, "
+            f"{megabytes(audit.size_bytes)}: {audit.distinct_keys} distinct keys, {audit.tombstones} tombstones, "
             f"{audit.deleted_keys} keys whose latest record is a tombstone, {audit.unkeyed} without a key, "
             f"{audit.control} control, {audit.aborted} aborted"
         )

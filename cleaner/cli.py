@@ -18,7 +18,7 @@ import click
 
 from segments.codec.errors import SegmentError
 
-from .cli_support import CommandGroup, OneLineUsageError, notes_on_rebuilt_indexes, one_line
+from .cli_support import MB, CommandGroup, OneLineUsageError, megabytes, notes_on_rebuilt_indexes, one_line
 from .listen import DEFAULT_LISTEN, client_url
 
 __all__ = ["main"]
@@ -81,14 +81,14 @@ def dump(files: tuple[Path, ...], deep_iteration: bool, print_data_log: bool, in
                 if entry["type"] == "sanity" and not entry["passed"]:
                     failed = True
         except (SegmentError, ValueError) as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"Error: {exc}", err=True)
             failed = True
         except BrokenPipeError:
             raise  # our reader went away, not a file problem: the command ends quietly (cli_support)
         except OSError as exc:  # e.g. permission denied
             from segments.files.pathcheck import describe_os_error
 
-            click.echo(f"error: {describe_os_error(exc)}", err=True)
+            click.echo(f"Error: {describe_os_error(exc)}", err=True)
             failed = True
     sys.exit(1 if failed else 0)
 
@@ -190,7 +190,7 @@ def status(url: str | None, config_path: Path | None, as_json: bool) -> None:
         return
     d = body["daemon"]
     click.echo(f"threads {d['threads_alive']}/{d['threads']}, log dirs {', '.join(d['log_dirs'])}, "
-               f"I/O {d['io_bytes_total'] / 1e6:.1f} MB")
+               f"I/O {megabytes(d['io_bytes_total'], 1)}")
     several = len(d["log_dirs"]) > 1  # then each row names its log dir
     width = max(len("LOG DIR"), *(len(p["log_dir"]) for p in body["partitions"])) if several else 0
     log_dir_header = f"{'LOG DIR':<{width}}  " if several else ""
@@ -208,7 +208,7 @@ def status(url: str | None, config_path: Path | None, as_json: bool) -> None:
         policy = p.get("cleanup_policy") or "unknown"
         where = f"{p['log_dir']:<{width}}  " if several else ""
         click.echo(f"{p['partition']:<32} {where}{p['state']:<12} {policy:<15} {p['dirty_ratio']:>7.3f} "
-                   f"{p['cleanable_bytes'] / 1e6:>13.2f} {p['rounds']:>6}  {note}")
+                   f"{p['cleanable_bytes'] / MB:>13.2f} {p['rounds']:>6}  {note}")
     for log_dir, reason in body.get("offline_log_dirs", {}).items():
         click.echo(f"offline: {log_dir}: {reason}")
     for entry in body.get("ignored", []):
@@ -346,7 +346,7 @@ def _read_only_partitions(paths) -> tuple[list[Path], bool]:
     partitions, refused = find_partition_dirs(list(paths))
     _exit_if_no_partition(paths, partitions, refused)
     for item in refused:
-        click.echo(f"{'error' if item.failed else 'warning'}: ignored {item}", err=True)
+        click.echo(f"{'Error' if item.failed else 'warning'}: ignored {item}", err=True)
     return partitions, any(item.failed for item in refused)
 
 
@@ -525,20 +525,20 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
         raise click.UsageError("--from-offset/--to-offset need exactly one partition directory")
     for log_dir in sorted({p.parent for p in partitions}):
         if (owner := log_dir_owner(log_dir)) is not None:
-            click.echo(f"error: {owner}", err=True)
+            click.echo(f"Error: {owner}", err=True)
             sys.exit(1)
     try:
         plan = plan_partitions(partitions, loaded.settings, named=frozenset(paths))
     except PolicyError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
     unknown: dict[str, list] = {}
     for planned in plan:
         if not planned.policy.known and not planned.policy.never:
             unknown.setdefault(planned.policy.topic, []).append(planned)
-    if unknown:
-        click.echo(f"error: the cleanup policy of {len(unknown)} topic(s) is unknown, so nothing was changed; "
-                   "decide each in the config file (-c) or with --set:", err=True)
+    if unknown:  # one error, its first line complete in itself; the topics follow, indented
+        click.echo(f"Error: the cleanup policy of {len(unknown)} topic(s) is unknown (listed below), so nothing was "
+                   "changed; decide each in the config file (-c) or with --set", err=True)
         for topic, items in sorted(unknown.items()):
             click.echo(f"  {topic} ({len(items)} partition(s)): {items[0].policy.source}", err=True)
             click.echo(f"    {unknown_policy_hint(topic)}", err=True)
@@ -581,11 +581,10 @@ def _describe(s: dict, show_policy: bool = False) -> str:
         name += f" [{s['cleanup_policy']}: {s['policy_source']}]"
     if s["status"] == "failed" and not s.get("rounds"):
         return f"{name}: FAILED: {s['error']}"
-    mb = 1024 * 1024
     parts = []
     if s.get("segments_deleted"):
         verb = "would delete" if s["retention_dry_run"] else "deleted"
-        parts.append(f"{verb} {s['segments_deleted']} segment(s), {s['bytes_deleted'] / mb:.2f} MB "
+        parts.append(f"{verb} {s['segments_deleted']} segment(s), {megabytes(s['bytes_deleted'])} "
                      f"({', '.join(s['retention_reasons'])}), log start {s['log_start_offset']}")
     if s["rounds"]:
         verb = "would clean" if s.get("dry_run") else "cleaned"
@@ -594,7 +593,7 @@ def _describe(s: dict, show_policy: bool = False) -> str:
             + (f"{s.get('records_read', 0)} -> {s.get('records_written', 0)} records, " if s["rounds"] == 1 else
                # each round reads the log as the last one left it: the sums are I/O, not before and after
                f"{s.get('records_read', 0)} records read and {s.get('records_written', 0)} written by the rounds, ")
-            + f"{s.get('size_before_bytes', 0) / mb:.2f} MB -> {s.get('size_after_bytes', 0) / mb:.2f} MB, "
+            + f"{megabytes(s.get('size_before_bytes', 0))} -> {megabytes(s.get('size_after_bytes', 0))}, "
             f"{s.get('invalid_records', 0)} unkeyed dropped, {s.get('elapsed_s', 0):.2f} s"
         )
         horizon = s.get("next_delete_horizon_ms", -1)
@@ -699,16 +698,16 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
             stop_session(spark)
     finally:
         console.close()
-    mb = result.total_bytes / 1e6
+    mb = result.total_bytes / MB
     dropped = (f" ({result.null_key_rows_dropped} of {result.rows_read} rows dropped: null key column {key_column!r})"
                if null_keys == "drop" else "")
     click.echo(
         f"ingested {result.total_records} records into {partitions} partitions of {topic!r} in {output}{dropped}: "
-        f"{mb:.2f} MB in {result.write_s:.1f} s ({result.total_records / max(result.write_s, 1e-9):,.0f} records/s, "
+        f"{megabytes(result.total_bytes)} in {result.write_s:.1f} s ({result.total_records / max(result.write_s, 1e-9):,.0f} records/s, "
         f"{mb / max(result.write_s, 1e-9):.1f} MB/s; Spark start-up {startup_s:.1f} s)"
     )
     for p in range(partitions):
-        click.echo(f"  {topic}-{p}: {result.records[p]} records, {result.bytes[p] / 1e6:.2f} MB")
+        click.echo(f"  {topic}-{p}: {result.records[p]} records, {megabytes(result.bytes[p])}")
     if compact:
         from .oneshot import clean_partition
         from .settings import Settings
@@ -731,10 +730,11 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, readable=False, file_okay=False, path_type=Path))
 @click.option("--method", type=click.Choice(["auto", "exact", "bloom"]), default="auto", show_default=True,
-              help="exact: count distinct keys; bloom: estimate them with a bloom filter; auto: exact if it fits --memory.")
+              help="exact: count distinct keys (16 bytes a record, whatever --memory says); bloom: estimate them with "
+                   "a bloom filter of --memory bytes; auto: exact if it fits --memory, else bloom.")
 @click.option("--memory", "memory_bytes", default="256MiB", show_default=True, type=SizeParam(min_bytes=1024),
-              help="Memory for the exact count or the bloom filter, per partition: bytes, or with a unit (64KiB, "
-                   "256MiB, 1GiB).")
+              help="The bloom filter's size, and auto's limit for an exact count, per partition (exact alone does "
+                   "not keep to it): bytes, or with a unit (64KiB, 256MiB, 1GiB); at most this machine's memory.")
 @click.option("--spark", "use_spark", is_flag=True, help="Count with Spark over the logsegments data source.")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL (with --spark).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition, then the total.")
@@ -749,6 +749,7 @@ def duplication(paths, method, memory_bytes, use_spark, master, as_json) -> None
 
     from .duplication import PartitionDuplication, estimate_partition, total
 
+    _check_memory_fits(memory_bytes)  # for every method, before anything is read
     _warn_if_broker_owns(paths)
     found, failed = _read_only_partitions(paths)
     if use_spark:
@@ -779,6 +780,22 @@ def duplication(paths, method, memory_bytes, use_spark, master, as_json) -> None
     for part in [*parts, total(parts)] if parts else []:  # no total of nothing estimated
         click.echo(json.dumps(part.as_dict()) if as_json else part.describe())
     sys.exit(1 if failed else 0)
+
+
+def _machine_memory_bytes() -> int | None:
+    """This machine's physical memory (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # no such sysconf name here
+        return None
+
+
+def _check_memory_fits(memory_bytes: int) -> None:
+    """A `duplication --memory` above this machine's memory is a usage error, whatever the method."""
+    machine = _machine_memory_bytes()
+    if machine is not None and machine > 0 and memory_bytes > machine:
+        raise click.BadParameter(f"{memory_bytes} bytes is more than this machine's memory ({megabytes(machine)}); "
+                                 "give less", param_hint="'--memory'")
 
 
 DEMO_MARKER = ".logcleaner-demo"  # written by demo into the directory it fills: only such a one is replaced
@@ -876,7 +893,7 @@ def demo(directory: Path, records: int, keys: int, partitions: int) -> None:
             f"({counts['tombstones']} tombstones) in {counts['batches']} batches"
         )
     before = verify_paths([directory])
-    click.echo(f"before: {before.segments} segments, {before.records} records, {before.bytes / 1e6:.2f} MB")
+    click.echo(f"before: {before.segments} segments, {before.records} records, {megabytes(before.bytes)}")
     settings = Settings.from_mappings({"cleanup.policy": "compact"})
     now_ms = int(time.time() * 1000)
     failed = False
@@ -888,7 +905,7 @@ def demo(directory: Path, records: int, keys: int, partitions: int) -> None:
     for problem in after.problems:
         click.echo(str(problem))
     click.echo(
-        f"after:  {after.segments} segments, {after.records} records, {after.bytes / 1e6:.2f} MB; "
+        f"after:  {after.segments} segments, {after.records} records, {megabytes(after.bytes)}; "
         f"verify: {'OK' if not after.problems else 'FAILED'}"
     )
     click.echo(f"inspect it with: logcleaner dump --deep-iteration {directory}/demo-0/00000000000000000000.log")

@@ -1,7 +1,7 @@
 """What every `logcleaner` command shares with the others, beside its own options: how it ends when its reader
 goes away, how a usage error is shown, and how the library's notes about indexes rebuilt in memory reach the user.
 
-Owns four things for `cleaner.cli` and prints nothing of its own but those notes and errors:
+Owns five things for `cleaner.cli` and prints nothing of its own but those notes and errors:
 * **A closed pipe**: the command stops quietly at its next write, as `cat` does, with exit status 141
   (`CommandGroup` catches `BrokenPipeError` around every command); work already done stays done.
 * **Usage errors in one line**: `Error: <what>` on stderr, exit 2, without click's usage text
@@ -10,6 +10,8 @@ Owns four things for `cleaner.cli` and prints nothing of its own but those notes
   message is `Error: <what>` on one line, exit 1 (`CommandGroup.invoke`).
 * **Indexes rebuilt in memory**: `index_notes` turns a reader's in-memory index rebuilds into sentences on
   stderr, said once per command run, at its end; the daemon (`run`) keeps its log lines.
+* **Sizes in MB**: every size a command prints is in decimal megabytes, 10^6 bytes (`megabytes`, `MB`), the
+  one formatter; `cleaner.audit` and `cleaner.duplication`, which write lines for commands, use it too.
 It must not change what a command does otherwise: no other exception is caught, no other log record is
 touched. The rules as users see them are in docs/cli.md, "Rules every command follows"; how they are kept:
 see docs/design.md, "The command line".
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from segments.partition.log import IndexRebuild
 
 __all__ = [
-    "BROKEN_PIPE_EXIT", "CommandGroup", "OneLineErrorsCommand", "OneLineUsageError", "index_notes",
+    "BROKEN_PIPE_EXIT", "MB", "CommandGroup", "OneLineErrorsCommand", "OneLineUsageError", "index_notes", "megabytes",
     "notes_on_rebuilt_indexes", "one_line",
 ]
 
@@ -43,6 +45,14 @@ BROKEN_PIPE_EXIT = 128 + 13  # 128 + SIGPIPE: the status a shell reports for `ca
 _NOTE_FILES_SHOWN_MAX = 3  # untrimmed indexes named in the note; the rest are counted
 _INDEX_LOGGER = "segments.partition.log"  # where `IndexRebuild` warnings are logged
 _UNTRIMMED = "no trimmed end (as Kafka leaves an active segment's)"
+
+
+MB = 1_000_000  # the megabyte of every size a command prints (decimal, as `du --si`)
+
+
+def megabytes(n_bytes: float, digits: int = 2) -> str:
+    """`n_bytes` as the commands print a size: decimal megabytes with `digits` decimals, `0.28 MB`."""
+    return f"{n_bytes / MB:.{digits}f} MB"
 
 
 def one_line(text: str) -> str:

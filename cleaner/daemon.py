@@ -122,27 +122,41 @@ def _check_log_dirs(loaded: LoadedConfig) -> list[Path]:
     choice), and resolving it here keeps the daemon on one target; nothing inside a log dir is followed.
 
     As Kafka does, refuses a log dir given twice and a partition found in two log dirs (which copy is the
-    log would be a guess)."""
+    log would be a guess). Each error names the file `log.dirs` came from, as every other config error does."""
     dirs = [Path(d) for d in loaded.settings.cleaner.log_dirs]
+    origin = _log_dirs_origin(loaded)
     resolved: list[Path] = []
     seen: dict[str, Path] = {}
     for d in dirs:
         if not d.is_dir():
-            raise ConfigFileError(f"setting 'log.dirs' = {[str(x) for x in dirs]!r}: {d} is not a directory")
+            raise ConfigFileError(f"{origin}setting 'log.dirs' = {[str(x) for x in dirs]!r}: {d} is not a directory")
         target = d.resolve()
         if target != d.absolute():
             log.info("log dir %s resolves to %s; using that", d, target)
         if target in resolved:
-            raise ConfigFileError(f"setting 'log.dirs': {target} is given twice")
+            raise ConfigFileError(f"{origin}setting 'log.dirs': {target} is given twice")
         for name in sorted(os.listdir(target)):
             if parse_partition_dir_name(name) is None or not (target / name).is_dir():
                 continue
             if name in seen:
-                raise ConfigFileError(f"setting 'log.dirs': partition {name} is in two log dirs, {seen[name]} and "
-                                      f"{target}; Kafka refuses to start so, and so does logcleaner: remove one")
+                raise ConfigFileError(f"{origin}setting 'log.dirs': partition {name} is in two log dirs, {seen[name]} "
+                                      f"and {target}; Kafka refuses to start so, and so does logcleaner: remove one")
             seen[name] = target
         resolved.append(target)
     return resolved
+
+
+def _log_dirs_origin(loaded: LoadedConfig) -> str:
+    """Where the daemon's `log.dirs` came from, as an error's prefix: the config file, the `server.properties`,
+    or (given in neither) Kafka's default, which the config file left in place."""
+    source = loaded.settings.sources.get("log.dirs") if "log.dirs" in loaded.settings.explicit else None
+    if source is not None and source.kind == "server.properties" and loaded.settings.broker_file is not None:
+        return f"{loaded.settings.broker_file}: "
+    if loaded.path is None:
+        return ""
+    if source is None:
+        return f"{loaded.path}: no \"log.dirs\" there, so Kafka's default: "
+    return f"{loaded.path}: "
 
 
 DAEMON_LOCK = ".logcleaner-daemon.lock"  # in each log dir: the one daemon that cleans it, and its pid

@@ -27,6 +27,8 @@ from offsetmap import hash_key_spans
 from offsetmap.bloom import KeyBloomFilter
 from segments.partition.log import PartitionLog
 
+from .cli_support import megabytes
+
 __all__ = ["METHODS", "PartitionDuplication", "estimate_partition", "total"]
 
 METHODS = ("auto", "exact", "bloom")
@@ -77,7 +79,7 @@ class PartitionDuplication:
         return (
             f"{self.name}: {self.records} records, {self.distinct_keys:.0f} distinct keys ({self.method}), "
             f"{self.unkeyed} unkeyed; compaction would remove {100 * self.fraction:.2f}%{bound} "
-            f"(~{self.bytes_freed / 1e6:.2f} of {self.size_bytes / 1e6:.2f} MB)"
+            f"(~{megabytes(self.bytes_freed)} of {megabytes(self.size_bytes)})"
         )
 
 

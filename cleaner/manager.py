@@ -318,7 +318,7 @@ class CleanerManager:
                 policy = resolve_policy(topic, view) if view is not None else TopicPolicy(
                     topic, None, "the cluster's metadata could not be read (see the log)")
                 if policy != status.policy and not policy.known:
-                    hint = "" if policy.never else f"; decide it with {unknown_policy_hint(topic)}"
+                    hint = "" if policy.never else f"; decide it with {unknown_policy_hint(topic, daemon=True)}"
                     log.warning("partition left as it is dir=%s %s%s", pathcheck.display_path(directory),
                                 policy.describe(), hint)
                 status.policy = policy

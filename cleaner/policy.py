@@ -4,8 +4,9 @@ Owns the one rule `clean` and the daemon both apply (`resolve_policy`) and what 
 cluster (`ClusterView`: the KRaft metadata log, the node id and mode from `meta.properties`). A topic's
 policy comes, in order, from:
 
-1. the user's topic-level value: `[topics.<name>] "cleanup.policy"`, else a flat `cleanup.policy` given
-   with `--set` or in the config file (it applies to every topic);
+1. the user's topic-level value: `[topics.<name>] "cleanup.policy"` (the more specific wins), else a flat
+   `cleanup.policy` given with `--set` (which beats the config file's) or in the config file: it applies to every
+   topic, Kafka's internal ones too (step 3 is not reached);
 2. the cluster's own topic config in the KRaft metadata log (`segments.tools.kraft`);
 3. Kafka's internal topics `__consumer_offsets` and `__transaction_state`: compacted, as Kafka creates them;
 4. the broker level: a `log.cleanup.policy` the user gave logcleaner (`--set`, the config file) decides
@@ -145,7 +146,7 @@ def resolve_policy(topic: str, view: ClusterView, *, named: bool = False) -> Top
     if topic_level:  # the user's [topics.<name>] or flat value, else the cluster's topic config
         return TopicPolicy(topic, policy, str(settings.source_of(topic, "cleanup.policy")))
     if topic in INTERNAL_COMPACTED_TOPICS:
-        return TopicPolicy(topic, ("compact",), "Kafka's internal topic, always compacted")
+        return TopicPolicy(topic, ("compact",), "Kafka's internal topic, compacted as Kafka creates it")
     broker_source = settings.sources.get("log.cleanup.policy") if "log.cleanup.policy" in settings.explicit else None
     if broker_source is not None and broker_source.kind in ("set", "file"):
         return TopicPolicy(topic, policy, f"log.cleanup.policy in {broker_source}")
@@ -158,19 +159,31 @@ def resolve_policy(topic: str, view: ClusterView, *, named: bool = False) -> Top
                                               f"and no topic override in {metadata.label}")
     if named:
         return TopicPolicy(topic, ("compact",), "its partition directory was named on the command line")
+    # A broker's default (its server.properties, KRaft's dynamic config) decides only topics the metadata lists:
+    # say so when there is one, lest it look ignored.
+    broker_default = ""
+    if broker_source is not None:
+        broker_default = f"; the log.cleanup.policy of {broker_source} applies only to topics the KRaft metadata lists"
+    elif settings.broker_file is not None:
+        broker_default = (f"; {settings.broker_file} (no log.cleanup.policy: Kafka's default, delete) applies only "
+                          "to topics the KRaft metadata lists")
     if metadata is not None and topic in metadata.topics:
         why = (f"no topic override in {metadata.label}, and the broker's log.cleanup.policy is not known "
                "(give its server.properties with --server-properties)")
     elif metadata is not None:
-        why = f"not a topic in {metadata.label}"
+        why = f"not a topic in {metadata.label}{broker_default}"
     elif view.mode == "zookeeper":
-        why = "a ZooKeeper-mode broker keeps topic configs in ZooKeeper, which logcleaner does not read"
+        why = ("a ZooKeeper-mode broker keeps topic configs in ZooKeeper, which logcleaner does not read"
+               f"{broker_default}")
     else:
         why = (f"no KRaft metadata log ({METADATA_PARTITION}) in {display_path(view.log_dir)} or at "
-               "metadata.log.dir, and no setting names it")
+               "metadata.log.dir, and no cleanup.policy or log.cleanup.policy of the config file or --set names it"
+               f"{broker_default}")
     return TopicPolicy(topic, None, why)
 
 
-def unknown_policy_hint(topic: str) -> str:
-    """The config-file line that decides `topic` (the user picks compact or delete)."""
-    return f'[topics.{topic}] "cleanup.policy" = "compact"   (or "delete"; --set cleanup.policy=... decides every topic)'
+def unknown_policy_hint(topic: str, *, daemon: bool = False) -> str:
+    """The config-file line that decides `topic` (the user picks compact or delete), and what decides every topic:
+    `--set cleanup.policy=...` for `clean`, the config file's flat value for the daemon (`run` has no `--set`)."""
+    every = 'the config file\'s flat "cleanup.policy" = ...' if daemon else "--set cleanup.policy=..."
+    return f'[topics.{topic}] "cleanup.policy" = "compact"   (or "delete"; {every} decides every topic)'

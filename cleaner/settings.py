@@ -97,7 +97,10 @@ class Setting:
             values = parsed if isinstance(parsed, tuple) else (parsed,)
             bad = [v for v in values if v not in self.choices]
             if bad or not values:
-                raise SettingError(self.name, value, f"allowed values are {', '.join(self.choices)}")
+                allowed = ", ".join(self.choices)
+                if self.kind == "list":  # a list of them too, in any order: cleanup.policy's compact,delete
+                    allowed += f" and {','.join(sorted(self.choices))} (a comma-separated list of them)"
+                raise SettingError(self.name, value, f"allowed values are {allowed}")
         return parsed
 
 

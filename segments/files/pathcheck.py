@@ -26,6 +26,7 @@ import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ..codec.errors import LINK_REFUSED, LinkRefusedError, LogStateError, NotRegularFileError, display_path
 from .names import parse_segment_file_name
@@ -299,7 +300,8 @@ def find_partition_dirs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path],
     with an invalid name that holds segment files; a directory that cannot be listed. Refused as warnings:
     other links and other directories with invalid names inside a log dir. Kafka's `-delete`, `-future`
     and `-stray` directories, `lost+found` and plain files are passed over quietly. Nothing is followed
-    but a given log dir link.
+    but a given log dir link. A directory reached twice (named twice, or named and inside a named log dir) is
+    taken once, where it is first reached.
     """
     partitions: list[Path] = []
     refused: list[RefusedPath] = []
@@ -356,7 +358,32 @@ def find_partition_dirs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path],
                 continue
             reason = f"not a partition directory (<topic>-<partition>): {child_problem}"
             refused.append(RefusedPath(child, reason, holds))
-    return partitions, refused
+    return _once(partitions, _identity), _once(refused, lambda item: (_identity(item.path), item.reason))
+
+
+def _identity(path: Path) -> object:
+    """What tells two spellings of one directory apart from two directories: its device and inode (the link
+    itself for a link), else its normalized absolute path."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return os.path.normpath(os.path.abspath(path))
+    return (st.st_dev, st.st_ino)
+
+
+_T = TypeVar("_T")
+
+
+def _once(items: list[_T], key: Callable[[_T], object]) -> list[_T]:
+    """`items` without the later ones whose `key` an earlier one has, in their order."""
+    seen: set[object] = set()
+    out: list[_T] = []
+    for item in items:
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
+            out.append(item)
+    return out
 
 
 def os_error_reason(exc: OSError) -> str:

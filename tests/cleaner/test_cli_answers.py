@@ -149,7 +149,7 @@ def test_duplication_total_bytes_freed_is_the_sum_of_its_rows(tmp_path):
     assert total["bytes_freed"] == pytest.approx(sum(r["bytes_freed"] for r in rows))
     assert total["bytes_freed"] != pytest.approx(total["fraction"] * total["size_bytes"])  # the old, wrong total
     text = cli("duplication", tmp_path).stdout.splitlines()
-    shown = [float(re.search(r"~([\d.]+) of", line).group(1)) for line in text]
+    shown = [float(re.search(r"~([\d.]+) MB of", line).group(1)) for line in text]
     assert shown[-1] == pytest.approx(sum(shown[:-1]), abs=0.02)
 
 
@@ -158,6 +158,29 @@ def test_duplication_memory_takes_a_size_with_a_unit_as_set_does(tmp_path):
     result = cli("duplication", "--json", "--method", "bloom", "--memory", "64KiB", tmp_path / "t-0")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout.splitlines()[0])["filter_bytes"] == 64 * 1024
+
+
+@pytest.mark.parametrize("method", ["auto", "exact", "bloom"])
+def test_duplication_memory_above_the_machines_is_a_usage_error_for_every_method(tmp_path, method):
+    generate_partition(tmp_path / "t-0", WorkloadSpec(records=50, keys=5))
+    result = cli("duplication", "--method", method, "--memory", "1000000GiB", tmp_path / "t-0")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("Error: Invalid value for '--memory': ") and "more than this machine's memory" in \
+        result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_every_command_prints_one_partitions_size_the_same_in_decimal_mb(tmp_path):
+    # 281,364 bytes was 0.27 MB (MiB) in clean and 0.28 MB in audit and duplication: one formatter now, 10^6 bytes
+    generate_partition(tmp_path / "t-0", WorkloadSpec(records=3000, keys=3000, value_bytes=60))
+    size = sum(f.stat().st_size for f in (tmp_path / "t-0").glob("*.log"))
+    shown = f"{size / 1e6:.2f} MB"
+    assert shown != f"{size / 2**20:.2f} MB", "a size whose MB and MiB differ at two decimals"
+    cleaned = cli("clean", "--dry-run", "--set", "cleanup.policy=compact", tmp_path / "t-0")
+    assert cleaned.exit_code == 0 and f"records, {shown} -> " in cleaned.stdout, cleaned.output
+    audited = cli("audit", tmp_path / "t-0")
+    assert f"), {shown}: " in audited.stdout, audited.output
+    estimated = cli("duplication", tmp_path / "t-0")
+    assert f" of {shown})" in estimated.stdout, estimated.output
 
 
 # ---- audit of crash leftovers ------------------------------------------------------------------------------------
@@ -209,7 +232,7 @@ def test_dump_and_verify_diagnose_the_same_garbage_the_same_way(tmp_path, name):
     assert dump.exit_code == verify.exit_code == 1
     problem = verify.stdout.strip()
     assert problem.startswith(f"{path}: byte ")
-    assert dump.stderr.strip() == f"error: {problem}"
+    assert dump.stderr.strip() == f"Error: {problem}"
 
 
 # ---- messages ------------------------------------------------------------------------------------------------------
@@ -220,6 +243,36 @@ def test_a_bad_set_value_says_what_was_expected_not_what_python_said(tmp_path):
     result = cli("clean", "--set", "delete.retention.ms=abc", tmp_path / "t-0")
     assert result.exit_code == 2
     assert result.stderr == "Error: --set: setting 'delete.retention.ms' = 'abc': expected a whole number\n"
+
+
+def test_a_bad_cleanup_policy_lists_every_allowed_value_compact_delete_too(tmp_path):
+    generate_partition(tmp_path / "t-0", WorkloadSpec(records=50, keys=5))
+    result = cli("clean", "--set", "cleanup.policy=bogus", tmp_path / "t-0")
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: --set: setting 'cleanup.policy' = 'bogus': allowed values are delete, compact and "
+                             "compact,delete (a comma-separated list of them)\n")
+
+
+def test_a_directory_named_twice_is_cleaned_once(tmp_path):
+    generate_partition(tmp_path / "logs" / "t-0", WorkloadSpec(records=200, keys=20))
+    named = tmp_path / "logs" / "t-0"
+    result = cli("clean", "--set", "cleanup.policy=compact", named, f"{named}/", tmp_path / "logs")
+    assert result.exit_code == 0, result.output
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == ["t-0"]
+
+
+def test_the_daemons_bad_log_dirs_names_the_file_they_came_from(tmp_path):
+    config = tmp_path / "nodir.toml"
+    config.write_text(f'"log.dirs" = ["{tmp_path / "nodir"}"]\n')
+    result = cli("run", "-c", config)
+    assert result.exit_code == 2
+    assert result.stderr == (f"Error: {config}: setting 'log.dirs' = ['{tmp_path / 'nodir'}']: {tmp_path / 'nodir'} "
+                             "is not a directory\n")
+    properties = tmp_path / "server.properties"
+    properties.write_text(f"log.dirs={tmp_path / 'nodir'}\n")
+    config.write_text("\"log.cleanup.policy\" = \"compact\"\n")
+    result = cli("run", "-c", config, "--server-properties", properties)
+    assert result.exit_code == 2 and result.stderr.startswith(f"Error: {properties}: setting 'log.dirs'"), result.stderr
 
 
 def test_a_server_properties_without_a_key_value_line_is_refused(tmp_path):

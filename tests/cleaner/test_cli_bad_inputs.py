@@ -168,6 +168,8 @@ ROWS = [
     row("duplication", "{logs}", "--memory", "12", code=2),
     row("duplication", "{logs}", "--method", "guess", code=2),
     row("duplication", "{logs}", "--method", "bloom", "--memory", "64TiB", code=2),  # more than the machine has
+    row("duplication", "{logs}", "--memory", "64TiB", code=2),  # auto: checked all the same
+    row("duplication", "{logs}", "--method", "exact", "--memory", "64TiB", code=2),  # exact too
     row("duplication", "{unreadable_segment}", code=1, unreadable=True),
     row("duplication", "{unreadable_partition_dir}", code=1, unreadable=True),
     # demo

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from cleaner.cli import main
 from cleaner.config_file import load_config
-from cleaner.policy import PolicyError, cluster_view, resolve_policy
+from cleaner.policy import PolicyError, cluster_view, resolve_policy, unknown_policy_hint
 from tests.kraft_builders import broker_config, remove_topic, topic, topic_config, write_kraft_log_dir
 
 DAY_MS = 86_400_000
@@ -77,6 +77,45 @@ def test_the_users_topic_level_values_decide_first(tmp_path):
     assert p.policy == ("compact", "delete") and "[topics.orders]" in p.source
     p = _policy(tmp_path / "logs", "orders", overrides={"cleanup.policy": "compact"})
     assert p.policy == ("compact",) and p.source == "--set"
+
+
+def test_the_more_specific_wins_a_topics_table_beats_a_flat_set_value(tmp_path):
+    # the operator's case: -c a.toml with [topics.demo] compact,delete and --set cleanup.policy=compact
+    config = tmp_path / "a.toml"
+    config.write_text('"cleanup.policy" = "delete"\n[topics.demo]\n"cleanup.policy" = "compact,delete"\n')
+    overrides = {"cleanup.policy": "compact"}
+    p = _policy(tmp_path, "demo", config=config, overrides=overrides)
+    assert p.policy == ("compact", "delete") and "[topics.demo]" in p.source
+    p = _policy(tmp_path, "orders", config=config, overrides=overrides)  # among flat values --set beats the file
+    assert p.policy == ("compact",) and p.source == "--set"
+    assert _policy(tmp_path, "orders", config=config).policy == ("delete",)
+
+
+def test_a_flat_cleanup_policy_decides_internal_topics_too_and_log_cleanup_policy_does_not(tmp_path):
+    # docs/configuration.md warns of it: a flat delete reaches __consumer_offsets, the broker level does not
+    for internal in ("__consumer_offsets", "__transaction_state"):
+        assert _policy(tmp_path, internal, overrides={"cleanup.policy": "delete"}).policy == ("delete",)
+        p = _policy(tmp_path, internal, overrides={"log.cleanup.policy": "delete"})
+        assert p.policy == ("compact",) and "internal topic" in p.source
+
+
+def test_a_server_properties_policy_without_kraft_metadata_says_it_decides_only_listed_topics(tmp_path):
+    properties = tmp_path / "spc.properties"
+    properties.write_text("log.cleanup.policy=compact\n")
+    p = _policy(tmp_path, "demo", properties=properties)
+    assert not p.known
+    assert "no KRaft metadata log" in p.source and "no setting names it" not in p.source
+    assert f"the log.cleanup.policy of server.properties {properties} applies only to topics the KRaft metadata " \
+           "lists" in p.source
+    properties.write_text("num.partitions=3\n")  # no log.cleanup.policy line: Kafka's default, for listed topics
+    assert "applies only to topics the KRaft metadata lists" in _policy(tmp_path, "demo", properties=properties).source
+
+
+def test_the_hint_for_an_unknown_policy_names_what_decides_every_topic_where_it_runs():
+    assert "--set cleanup.policy=... decides every topic" in unknown_policy_hint("demo")
+    daemon = unknown_policy_hint("demo", daemon=True)  # run has no --set
+    assert daemon.startswith('[topics.demo] "cleanup.policy" = "compact"') and "--set" not in daemon
+    assert 'the config file\'s flat "cleanup.policy" = ... decides every topic' in daemon
 
 
 def test_kraft_topic_configs_decide_next_and_their_other_settings_apply(tmp_path):
@@ -163,6 +202,11 @@ def test_clean_of_a_log_dir_with_unknown_policies_changes_nothing_and_names_the_
     result = CliRunner().invoke(main, ["clean", str(log_dir), "--now-ms", str(NOW_MS)])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
+    # one error: its first line complete in itself, then the topics on indented lines (docs/cli.md, "Rules")
+    first, *rest = result.stderr.splitlines()
+    assert first == ("Error: the cleanup policy of 1 topic(s) is unknown (listed below), so nothing was changed; "
+                     "decide each in the config file (-c) or with --set")
+    assert rest and all(line.startswith("  ") for line in rest)
     assert "orders (2 partition(s))" in result.output
     assert '[topics.orders] "cleanup.policy" = "compact"' in result.output
     assert "__consumer_offsets" not in result.output  # Kafka's internal topic: known

@@ -100,7 +100,8 @@ def test_parse_size_rejects_an_unknown_unit():
 def test_cleanup_policy_takes_a_list_of_known_policies_only():
     assert settings({"cleanup.policy": "compact, delete"}).topic("t").cleanup_policy == ("compact", "delete")
     assert settings({"cleanup.policy": ["compact"]}).topic("t").compact
-    with pytest.raises(SettingError, match=r"'cleanup.policy' = 'compact,bogus': allowed values are delete, compact"):
+    with pytest.raises(SettingError, match=r"'cleanup.policy' = 'compact,bogus': allowed values are delete, compact "
+                                           r"and compact,delete \(a comma-separated list of them\)$"):
         settings({"cleanup.policy": "compact,bogus"})
     with pytest.raises(SettingError, match="allowed values"):
         settings({"cleanup.policy": ""})

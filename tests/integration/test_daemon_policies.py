@@ -71,6 +71,9 @@ def test_with_no_policy_configured_only_internal_topics_are_compacted_and_nothin
             assert (segment_bases(log_dir / name), records_of(log_dir / name)) == before[name]
         log_text = daemon.log_text()
         assert log_text.count("partition left as it is dir=") == 2  # each reported once
+        # the hint names what decides every topic for the daemon: its config file (run has no --set)
+        assert log_text.count('the config file\'s flat "cleanup.policy" = ... decides every topic') == 2, log_text
+        assert "--set cleanup.policy" not in log_text
     finally:
         daemon.close()
 

@@ -108,7 +108,7 @@ def test_clean_refuses_in_one_line_naming_the_broker_and_changes_nothing(broker_
     for target in (log_dir, log_dir / "orders-0"):
         done = _cli("clean", str(target), "--set", "cleanup.policy=compact,delete", "--set", "retention.ms=1")
         assert done.returncode == 1, done
-        assert done.stderr.strip() == f"error: a running Kafka broker (pid {broker.pid}) owns {log_dir}: stop it first"
+        assert done.stderr.strip() == f"Error: a running Kafka broker (pid {broker.pid}) owns {log_dir}: stop it first"
         assert "Traceback" not in done.stdout + done.stderr
     assert _tree(log_dir) == before
 

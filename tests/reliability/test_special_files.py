@@ -170,7 +170,7 @@ def test_every_command_refuses_a_special_file_named_like_ours_naming_it_and_clea
     dumpable = NAMES[name_case](victim).endswith((".log", ".index", ".timeindex", ".txnindex", ".snapshot"))
     if dumpable and kind != "directory":  # click itself refuses a directory given to dump (a usage error)
         dumped = CliRunner().invoke(cli_main, ["dump", str(special)])
-        assert dumped.exit_code == 1 and dumped.stderr == f"error: {message}\n", dumped.output
+        assert dumped.exit_code == 1 and dumped.stderr == f"Error: {message}\n", dumped.output
     assert regular_files(victim) == before
 
 
