@@ -488,7 +488,7 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     from segments.partition.locks import log_dir_owner
 
     from .config_file import ConfigFileError, load_config
-    from .oneshot import clean_partition, plan_partitions
+    from .oneshot import clean_planned, plan_partitions
     from .policy import PolicyError, unknown_policy_hint
     from .setting_use import refusal_for_clean
     from .throttle import DeviceThrottles
@@ -546,20 +546,62 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     clock = now_ms if now_ms is not None else int(time.time() * 1000)
     total = sum(sum(f.lstat().st_size for f in p.glob("*.log")) for p in partitions)  # lstat: links are not followed
     show_bar = sys.stderr.isatty() and not as_json and total > 64 * 1024 * 1024
-    with click.progressbar(length=max(total * 3, 1), label="cleaning", file=sys.stderr) if show_bar else _NoBar() as bar:
-        for planned in plan:
-            outcome = clean_partition(
-                planned.directory, planned.view.settings, now_ms=clock, policy=planned.policy,
-                forced_from=from_offset, forced_to=to_offset, dry_run=dry_run, once=once,
-                on_bytes=lambda n, direction: bar.update(n), throttle=throttles.for_path(planned.directory.parent),
-            )
-            failed |= not outcome.ok
-            summary = outcome.summary()
-            if as_json:
-                click.echo(json.dumps(summary))
-            else:  # a partition that failed is reported on stderr, as audit does
-                click.echo(_describe(summary, show_policy=dry_run), err=summary["status"] == "failed")
+
+    def report(outcome) -> None:  # in the order of the partitions' names, each once it and those before are done
+        nonlocal failed
+        failed |= not outcome.ok
+        summary = outcome.summary()
+        if as_json:
+            click.echo(json.dumps(summary))
+        else:  # a partition that failed is reported on stderr, as audit does
+            click.echo(_describe(summary, show_policy=dry_run), err=summary["status"] == "failed")
+
+    # On log.cleaner.threads threads, the largest dirty section first. Ctrl-C or SIGTERM stops taking partitions
+    # and aborts the running rounds at their next window; then Ctrl-C ends as before ("Aborted!", exit 1) and
+    # SIGTERM kills the process as before (143).
+    bar = click.progressbar(length=max(total * 3, 1), label="cleaning", file=sys.stderr) if show_bar else _NoBar()
+    with bar, _SigtermStopsCleaning():
+        clean_planned(plan, loaded.settings.cleaner, now_ms=clock, report=report, throttle_for=throttles.for_path,
+                      forced_from=from_offset, forced_to=to_offset, dry_run=dry_run, once=once,
+                      on_bytes=lambda n, direction: bar.update(n))
     sys.exit(1 if failed else 0)
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that `clean` stops its threads as on Ctrl-C before dying of it."""
+
+
+class _SigtermStopsCleaning:
+    """While cleaning, SIGTERM raises `_Terminated` in the main thread (only there may a handler be set); once
+    the cleaning has stopped, the process dies of SIGTERM, with the status it always had (143 in a shell)."""
+
+    def __enter__(self) -> None:
+        import signal
+        import threading
+
+        self.installed = threading.current_thread() is threading.main_thread()
+        if self.installed:
+            self.previous = signal.signal(signal.SIGTERM, self._terminate)
+
+    @staticmethod
+    def _terminate(signum, frame) -> None:
+        raise _Terminated()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        import signal
+
+        if not self.installed:
+            return
+        signal.signal(signal.SIGTERM, self.previous)
+        if exc_type is _Terminated:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass  # a closed pipe: nothing more to say
+            os.kill(os.getpid(), signal.SIGTERM)
+            sys.exit(128 + signal.SIGTERM)  # not reached: the signal's default action ends the process
 
 
 class _NoBar:

@@ -10,13 +10,20 @@ theirs (`cleaner.launch`), then the delete-horizon passes Kafka would come back 
 tombstone or marker whose horizon has passed; `delete.retention.ms=0` makes the one the first pass stamps
 due at once), then `retention.bytes` on the compacted log. A failing partition does not stop the others;
 its outcome says why.
+
+Several partitions (`clean_planned`) are cleaned on `log.cleaner.threads` threads, as the daemon's (the
+compiled kernels release the GIL), each with its own offset map — its share of `log.cleaner.dedupe.buffer.size`,
+as Kafka divides it — and each taking the next partition, the largest dirty section first
+(`dirty_section_bytes`); the outcomes are reported in the plan's order whatever order they finish in.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,19 +31,24 @@ from pathlib import Path
 from offsetmap import OffsetMap
 from segments.codec.errors import LogStateError, SegmentError, display_path
 from segments.files.fileio import DEFAULT_FILE_OPS, FileOps
+from segments.files.names import parse_segment_file_name
 from segments.files.pathcheck import describe_os_error, find_partition_dirs, partition_dir_name_problem
 from segments.files.readahead import WindowRing
+from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
 from segments.partition.log import Mode, PartitionLog, parse_partition_dir_name
 
 from . import launch
 from .policy import NEVER_TOUCHED_TOPICS, ClusterView, TopicPolicy, cluster_view, resolve_policy
 from .retention import RetentionResult, apply_retention
-from .round import RoundResult
-from .settings import Settings
+from .round import CleaningAbortedError, RoundResult
+from .settings import CleanerSettings, Settings
 from .survey import WINDOW_BYTES
 from .throttle import Throttle
 
-__all__ = ["PartitionOutcome", "PlannedPartition", "clean_partition", "find_partitions", "plan_partitions"]
+__all__ = [
+    "PartitionOutcome", "PlannedPartition", "clean_partition", "clean_planned", "dirty_section_bytes",
+    "find_partitions", "plan_partitions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +163,7 @@ def clean_partition(
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     file_ops: FileOps = DEFAULT_FILE_OPS,
     throttle: Throttle | None = None,
+    check_abort: Callable[[], None] | None = None,
 ) -> PartitionOutcome:
     """Clean one partition directory in rounds until done (one round with `once` or `dry_run`).
 
@@ -164,7 +177,9 @@ def clean_partition(
     operation (a fault-injecting one in the reliability tests). Every read and write is charged beforehand
     to `throttle`, the I/O budget of the partition's device; a caller cleaning several partitions passes the
     same one per device (`DeviceThrottles.for_path` of the log dir), as `logcleaner clean` does. None: a
-    budget of its own at `log.cleaner.io.max.bytes.per.second`."""
+    budget of its own at `log.cleaner.io.max.bytes.per.second`. `check_abort`, called by every round at its
+    window boundaries and while it waits for the budget, stops the partition by raising
+    `CleaningAbortedError` (the round removes its `.cleaned` files): that one propagates, as no outcome."""
     outcome = PartitionOutcome(str(directory), policy=policy)
     parsed = parse_partition_dir_name(directory.name)
     if parsed is None:
@@ -205,8 +220,8 @@ def clean_partition(
                 assert offset_map is not None  # allocated above for a compacted topic
                 result = launch.launch_round(
                     plog, topic, settings.cleaner, offset_map, throttle, lambda: now_ms,
-                    ring=ring, on_bytes=on_bytes, forced_from=start, forced_to=forced_to, dry_run=dry_run,
-                    horizon_pass=True,
+                    ring=ring, check_abort=check_abort, on_bytes=on_bytes, forced_from=start, forced_to=forced_to,
+                    dry_run=dry_run, horizon_pass=True,
                 )
                 outcome.rounds.append(result)
                 if once or dry_run:
@@ -220,6 +235,8 @@ def clean_partition(
                 start = None  # from the checkpoint: the dirty section is done, the pass recopies the clean one
             if not dry_run and (deleted := apply_retention(plog, topic, now_ms)) is not None:
                 outcome.retention.append(deleted)
+    except CleaningAbortedError:
+        raise  # stopped by the caller, not failed: the caller says what became of the partition
     except (SegmentError, OSError) as exc:
         outcome.error = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
         log.info("cleaning failed dir=%s error=%s", display_path(directory), outcome.error)  # the outcome reports it
@@ -227,3 +244,137 @@ def clean_partition(
         outcome.error = f"{type(exc).__name__}: {exc}"
         log.exception("cleaning failed unexpectedly dir=%s", directory)
     return outcome
+
+
+def dirty_section_bytes(directory: Path, checkpoint: int | None) -> int:
+    """What `clean_planned` orders partitions by, cheaply: the bytes of the inactive `.log` files of `directory`
+    that hold offsets at or above `checkpoint` (its first dirty offset; None: every inactive one). A listing and
+    an `lstat` per segment; no file is opened (the exact figure, `cleaner.cleanable.cleanable_range`, needs every
+    batch header read). 0 when the directory cannot be listed: the clean itself reports why."""
+    try:
+        with os.scandir(directory) as entries:
+            found = sorted((parsed.offset, entry) for entry in entries
+                           if (parsed := parse_segment_file_name(entry.name)) is not None
+                           and parsed.kind == ".log" and not parsed.state)
+        # the last segment is the active one, never cleaned; a segment ends where the next one begins
+        return sum(entry.stat(follow_symlinks=False).st_size for (_, entry), (next_base, _) in zip(found, found[1:])
+                   if checkpoint is None or next_base > checkpoint)
+    except OSError:
+        return 0
+
+
+def _largest_first(plan: list[PlannedPartition]) -> list[int]:
+    """The indexes of `plan`, the largest dirty section of a compacted topic first (ties in the plan's order)."""
+    checkpoints: dict[Path, dict] = {}
+    sizes = []
+    for planned in plan:
+        parsed = parse_partition_dir_name(planned.directory.name)
+        if parsed is None or planned.policy.policy is None or "compact" not in planned.policy.policy:
+            sizes.append(0)  # skipped, or retention only: quick
+            continue
+        log_dir = planned.directory.parent
+        if log_dir not in checkpoints:
+            try:
+                checkpoints[log_dir] = read_offset_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT)
+            except (SegmentError, OSError):
+                checkpoints[log_dir] = {}  # the round reports an unreadable checkpoint
+        sizes.append(dirty_section_bytes(planned.directory, checkpoints[log_dir].get(parsed)))
+    return sorted(range(len(plan)), key=lambda i: -sizes[i])
+
+
+def clean_planned(
+    plan: list[PlannedPartition],
+    cleaner: CleanerSettings,
+    *,
+    now_ms: int,
+    report: Callable[[PartitionOutcome], None],
+    throttle_for: Callable[[Path], Throttle],
+    forced_from: int | None = None,
+    forced_to: int | None = None,
+    dry_run: bool = False,
+    once: bool = False,
+    on_bytes: Callable[[int, str], None] = lambda n, direction: None,
+) -> None:
+    """Clean every planned partition (`clean_partition`, by its log dir's settings and its policy) on
+    `cleaner.threads` threads, each with its own offset map (`launch.thread_offset_map`: the thread's share of
+    `log.cleaner.dedupe.buffer.size`), reused from partition to partition, each taking the next partition, the
+    largest dirty section first (`dirty_section_bytes`). `throttle_for(directory)` is the I/O budget of the
+    partition's device, shared by the threads.
+
+    `report` is called in the calling thread with each outcome, in the plan's order, as soon as that partition
+    and every one before it is finished; `on_bytes` from the threads, one call at a time and never during a
+    `report`. An exception in the calling thread (KeyboardInterrupt, one a signal handler raises, one of
+    `report`) stops the threads taking partitions and aborts the running rounds at their next check (the round
+    removes its `.cleaned` files; such a partition is left as it was and gets no outcome); once the threads have
+    ended, the outcomes finished but not yet reported are reported (in the plan's order; not after an `OSError`
+    of `report`'s, such as a closed pipe) and the exception propagates.
+    """
+    stopping = threading.Event()
+    changed = threading.Condition()
+    io_lock = threading.Lock()  # on_bytes and report: one at a time (a progress bar is not thread-safe)
+    pending = collections.deque(_largest_first(plan))
+    finished: dict[int, PartitionOutcome | None] = {}  # None: aborted
+
+    def check_abort() -> None:
+        if stopping.is_set():
+            raise CleaningAbortedError("cleaning aborted: logcleaner clean is stopping")
+
+    def counted(n: int, direction: str) -> None:
+        with io_lock:
+            on_bytes(n, direction)
+
+    def work() -> None:
+        offset_map = None
+        while not stopping.is_set():
+            with changed:
+                if not pending:
+                    return
+                i = pending.popleft()
+            planned = plan[i]
+            outcome: PartitionOutcome | None
+            try:
+                if offset_map is None:
+                    offset_map = launch.thread_offset_map(cleaner)
+                outcome = clean_partition(
+                    planned.directory, planned.view.settings, now_ms=now_ms, policy=planned.policy,
+                    offset_map=offset_map, forced_from=forced_from, forced_to=forced_to, dry_run=dry_run, once=once,
+                    on_bytes=counted, throttle=throttle_for(planned.directory.parent), check_abort=check_abort,
+                )
+            except CleaningAbortedError:
+                outcome = None
+            except Exception as exc:  # the per-partition boundary, as in clean_partition (the map, the throttle)
+                log.exception("cleaning failed unexpectedly dir=%s", planned.directory)
+                outcome = PartitionOutcome(str(planned.directory), policy=planned.policy,
+                                           error=f"{type(exc).__name__}: {exc}")
+            with changed:
+                finished[i] = outcome
+                changed.notify_all()
+
+    workers = [threading.Thread(target=work, name=f"logcleaner-clean-{k}", daemon=True)
+               for k in range(min(cleaner.threads, len(plan)))]
+    for worker in workers:
+        worker.start()
+    reported = 0
+    try:
+        while reported < len(plan):
+            with changed:
+                while reported not in finished:
+                    if not any(worker.is_alive() for worker in workers):
+                        raise RuntimeError(f"{plan[reported].directory}: no cleaner thread is left to clean it")
+                    changed.wait(0.5)  # a signal's exception is raised here too
+                outcome = finished[reported]
+            reported += 1
+            if outcome is not None:
+                with io_lock:
+                    report(outcome)
+    except BaseException as exc:
+        stopping.set()
+        for worker in workers:
+            worker.join()
+        if not isinstance(exc, OSError):
+            for i in range(reported, len(plan)):
+                if (outcome := finished.get(i)) is not None:
+                    report(outcome)
+        raise
+    for worker in workers:
+        worker.join()

@@ -3,8 +3,8 @@
 Owns the rule that no setting is accepted and then ignored: a value a user types with `--set` either
 changes what `clean` does or is refused, naming the setting and why. Two kinds are refused:
 
-* daemon settings (`logcleaner run`): which log to clean next, when, on how many threads — `clean`
-  cleans the partitions it is given, one after another, once;
+* daemon settings (`logcleaner run`): which log to clean next and when — `clean` cleans every partition it
+  is given, once (on `log.cleaner.threads` threads, which it does use);
 * settings no part of logcleaner uses (Kafka's writer or broker-internal knobs with no equivalent here).
 
 (`log.dirs` is not among them: `clean` looks there for the cluster's KRaft metadata, as it does at
@@ -24,8 +24,6 @@ _PICKS = "the daemon uses it to choose which log to clean next; clean cleans eve
 
 DAEMON_ONLY = MappingProxyType({
     "log.cleaner.enable": "clean always cleans the partitions it is given",
-    # Another issue will make `clean LOGDIR` clean partitions on several threads; until then it uses one.
-    "log.cleaner.threads": "clean cleans one partition after another, on one thread",
     "log.cleaner.backoff.ms": "it is how long the daemon's threads wait when no log is cleanable",
     "log.retention.check.interval.ms": "clean applies retention once, every time it runs",
     "log.cleanup.interval.mins": "clean applies retention once, every time it runs",

@@ -4,7 +4,8 @@ the command refuses it with one line.
 `HOW` names, for every setting of `BROKER_SETTINGS` and `TOPIC_SETTINGS`, the mechanism that shows it:
 
 * a `clean` scenario: the same log cleaned with two values of the setting (and nothing else changed) comes
-  out differently — rounds, segments, indexes, what retention deleted, tombstones, producers' batches,
+  out differently — rounds (also as the thread count shares the offset-map memory; that the threads clean
+  at once is `test_clean_threads.py`'s), segments, indexes, what retention deleted, tombstones, producers' batches,
   bytes recopied, the survivorship recorded, time under the I/O budget, where the topic policy came from;
 * the daemon (`logcleaner run`, built in this process): its selection (`CleanerManager.grab_filthiest`) or
   its threads' loop decides differently with two values; these settings `clean` refuses;
@@ -54,6 +55,7 @@ HOW: dict[str, str] = {
     # clean: the same log cleaned with two values
     "log.cleaner.dedupe.buffer.size": "clean:rounds",
     "log.cleaner.io.buffer.load.factor": "clean:rounds",
+    "log.cleaner.threads": "clean:threads",  # and the daemon's thread count
     "log.cleaner.io.max.bytes.per.second": "clean:throttle",
     "producer.id.expiration.ms": "clean:producer-expiry",
     "log.cleaner.verify": "clean:verify",
@@ -84,7 +86,6 @@ HOW: dict[str, str] = {
     "log.dirs": "clean:kraft-metadata",  # and the daemon's log dirs, in every daemon test
     # the daemon: clean refuses them
     "log.cleaner.enable": "daemon:enable",
-    "log.cleaner.threads": "daemon:threads",
     "log.cleaner.backoff.ms": "daemon:backoff",
     "log.retention.check.interval.ms": "daemon:retention-interval",
     "log.cleanup.interval.mins": "daemon:retention-interval",
@@ -183,6 +184,15 @@ def test_clean_takes_more_rounds_with_a_smaller_offset_map(tmp_path, name):
     rounds = [_clean(*_set(name, v), *extra, "--now-ms", str(SOON), str(_copy(template, tmp_path, v)))[0]["rounds"]
               for v in values]
     assert rounds[0] > rounds[1] >= 1
+
+
+def test_clean_shares_the_offset_map_memory_among_its_threads(tmp_path):
+    # Kafka's division: each of log.cleaner.threads threads gets dedupe.buffer.size / threads, so the same
+    # buffer (400 slots against 300 keys) takes one round with one thread and more with two (200 slots each).
+    template = _template(tmp_path, SPEC)
+    rounds = [_clean(*_set("log.cleaner.threads", v), *_set("log.cleaner.dedupe.buffer.size", str(24 * 400)),
+                     "--now-ms", str(SOON), str(_copy(template, tmp_path, v)))[0]["rounds"] for v in ("2", "1")]
+    assert rounds[0] > rounds[1] == 1
 
 
 @pytest.mark.parametrize("name", _names("clean:policy"))

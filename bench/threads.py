@@ -1,0 +1,173 @@
+"""`logcleaner clean LOGDIR` on 1, 2, 4 ... threads (`log.cleaner.threads`), against `cp -r` + `sync` (issue 22).
+
+For each workload (`--workloads W1,W3`; `bench/workloads.py`), in one run:
+
+1. generate `--partitions` (default 4) partitions of it at `--scale` (default 0.125: ~128 MB each), each with
+   its own seed, into one log directory under `--data-dir` (default `bench/data/`, gitignored; deleted at the
+   end unless `--keep`): the pristine copy, never cleaned itself;
+2. one untimed warm-up clean (the numba cache loaded, the page cache warm);
+3. per thread count (`--threads 1,2,4`), `--repeats` (default 3) times: `cp -r` the pristine log directory to
+   a fresh one and `sync` (timed: the physical baseline of that run), then time `logcleaner clean DIR --json
+   --now-ms T --set cleanup.policy=compact --set log.cleaner.threads=N --set log.cleaner.dedupe.buffer.size=B`
+   as a fresh subprocess (so
+   start-up and imports count). Wall, user and system CPU from `os.wait4` of that process (this child only);
+   CPU% = (user + system) / wall (200% = both cores of a 2-core machine busy all along);
+4. the rows: medians per thread count; MB/s = the input `.log` bytes / wall of the whole process; `x T=1` =
+   that throughput over the one-thread throughput; `clean/cp` over the cp+sync throughput of the same runs;
+   "less fixed cost" = the same with the wall of a clean of one tiny partition (start-up, imports, the numba
+   cache: median of 3) taken off, the part threads can speed up; "load before" = the 1-minute load average
+   before the row's first run (the machine may be shared).
+   Every run's partitions must come out `ok` with the same record counts as the one-thread run.
+
+The dedupe buffer is the same total for every thread count (Kafka's meaning: the threads share it); at the
+default 256 MiB each thread's share still indexes a whole partition in one round. A benchmark measures; it
+never asserts a time.
+
+Usage: python bench/threads.py [--workloads W1,W3] [--partitions 4] [--scale 0.125] [--threads 1,2,4]
+                               [--repeats 3] [--dedupe-mb 256] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+# the sibling modules, from the path above
+from run import LOGCLEANER, _code_state, _copy, _run_measured
+from workloads import generate
+
+
+def _log_bytes(log_dir: Path) -> int:
+    return sum(p.stat().st_size for p in log_dir.glob("*/*.log"))
+
+
+def _generate(name: str, log_dir: Path, partitions: int, scale: float) -> tuple[int, dict]:
+    """`partitions` partitions of workload `name` in `log_dir` (seeds 1, 2, ...); the clock to clean them at
+    and the first manifest."""
+    now_ms, first = 0, {}
+    with tempfile.TemporaryDirectory(dir=log_dir.parent) as scratch:
+        for p in range(partitions):
+            manifest = generate(name, Path(scratch) / str(p), scale=scale, seed=p + 1)
+            directory = Path(manifest["partition_dir"])
+            directory.rename(log_dir / f"{directory.name.rsplit('-', 1)[0]}-{p}")
+            now_ms = max(now_ms, manifest["now_ms"])
+            first = first or manifest
+    return now_ms, first
+
+
+def _clean(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) -> dict:
+    run = _run_measured([
+        str(LOGCLEANER), "clean", str(log_dir), "--json", "--now-ms", str(now_ms), "--set", "cleanup.policy=compact",
+        "--set", f"log.cleaner.threads={threads}", "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}",
+    ])
+    if run["rc"]:
+        raise RuntimeError(f"clean of {log_dir} failed (exit {run['rc']}):\n{run['stderr']}\n{run['stdout']}")
+    summaries = [json.loads(line) for line in run["stdout"].splitlines() if line.startswith("{")]
+    if any(s["status"] != "ok" for s in summaries):
+        raise RuntimeError(f"clean of {log_dir}: {summaries}")
+    run["written"] = {s["partition"]: s["records_written"] for s in summaries}
+    run["rounds"] = sum(s["rounds"] for s in summaries)
+    return run
+
+
+def bench_workload(name: str, args) -> list[dict]:
+    dedupe = int(args.dedupe_mb * 2**20)
+    work = Path(tempfile.mkdtemp(prefix=f"threads-{name}-", dir=args.data_dir))
+    try:
+        src = work / "src"
+        src.mkdir()
+        now_ms, manifest = _generate(name, src, args.partitions, args.scale)
+        input_bytes = _log_bytes(src)
+        print(f"\n## {name}: {args.partitions} partitions, {input_bytes / 1e6:,.0f} MB "
+              f"({manifest['records']:,} records and {manifest['segments']} segments each)", flush=True)
+        counter = [0]
+
+        def fresh() -> tuple[Path, float]:
+            counter[0] += 1
+            run_dir = work / f"run{counter[0]}"
+            return run_dir, _copy(src, run_dir)
+
+        run_dir, _ = fresh()
+        expected = _clean(run_dir, now_ms, 1, dedupe)["written"]  # warm-up, untimed
+        shutil.rmtree(run_dir)
+        # the fixed cost of a clean: start-up, imports, the numba cache, on a partition of one tiny segment
+        tiny = work / "tiny"
+        generate(name, tiny, scale=1e-6, seed=1)
+        fixed = statistics.median(_clean(tiny, now_ms, 1, dedupe)["wall_s"] for _ in range(3))
+        print(f"  fixed cost (a clean of one tiny partition): {fixed:.2f} s", flush=True)
+        rows = []
+        for threads in args.threads:
+            runs = []
+            load = os.getloadavg()[0]
+            for _ in range(args.repeats):
+                run_dir, cp_s = fresh()
+                run = _clean(run_dir, now_ms, threads, dedupe)
+                shutil.rmtree(run_dir)
+                if run["written"] != expected:
+                    raise RuntimeError(f"{threads} threads kept other records: {run['written']} != {expected}")
+                run["cp_s"] = cp_s
+                runs.append(run)
+                print(f"  T={threads}: clean {run['wall_s']:.2f} s, CPU {run['user_s'] + run['sys_s']:.2f} s, "
+                      f"cp+sync {cp_s:.2f} s, {run['rounds']} rounds, RSS {run['peak_rss_mib']:.0f} MiB", flush=True)
+            wall = statistics.median(r["wall_s"] for r in runs)
+            cp = statistics.median(r["cp_s"] for r in runs)
+            rows.append({
+                "workload": name, "threads": threads, "wall_s": wall, "mb_s": input_bytes / 1e6 / wall,
+                "net_mb_s": input_bytes / 1e6 / max(wall - fixed, 1e-3), "load": load,
+                "cpu_pct": statistics.median(100 * (r["user_s"] + r["sys_s"]) / r["wall_s"] for r in runs),
+                "cp_mb_s": input_bytes / 1e6 / cp, "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in runs),
+                "walls": [round(r["wall_s"], 2) for r in runs],
+            })
+        return rows
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def report(rows: list[dict], args) -> None:
+    print(f"\nCommand: .venv/bin/python bench/threads.py {' '.join(sys.argv[1:])}")
+    print(f"Code: {_code_state()}; {os.cpu_count()} CPUs; Python {platform.python_version()}; "
+          f"load average before {os.getloadavg()[0]:.2f}")
+    print("\n| workload | threads | wall s (median) | MB/s | x T=1 | MB/s less fixed cost | x T=1 | CPU % | cp+sync MB/s "
+          "| clean/cp | peak RSS MiB | load before | runs (s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for row in rows:
+        one = next(r for r in rows if r["workload"] == row["workload"] and r["threads"] == args.threads[0])
+        print(f"| {row['workload']} | {row['threads']} | {row['wall_s']:.2f} | {row['mb_s']:,.0f} | "
+              f"{row['mb_s'] / one['mb_s']:.2f} | {row['net_mb_s']:,.0f} | {row['net_mb_s'] / one['net_mb_s']:.2f} | "
+              f"{row['cpu_pct']:.0f} | {row['cp_mb_s']:,.0f} | {row['mb_s'] / row['cp_mb_s']:.2f} | "
+              f"{row['peak_rss_mib']:.0f} | {row['load']:.2f} | {', '.join(map(str, row['walls']))} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default="W1,W3")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--scale", type=float, default=0.125)
+    parser.add_argument("--threads", default="1,2,4")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dedupe-mb", type=float, default=256, help="log.cleaner.dedupe.buffer.size in MiB (shared)")
+    parser.add_argument("--data-dir", type=Path, default=BENCH / "data")
+    parser.add_argument("--keep", action="store_true", help="keep the generated data")
+    args = parser.parse_args()
+    args.threads = [int(t) for t in args.threads.split(",")]
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in args.workloads.split(","):
+        rows.extend(bench_workload(name, args))
+    report(rows, args)
+
+
+if __name__ == "__main__":
+    main()
