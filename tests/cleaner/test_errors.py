@@ -23,6 +23,7 @@ from cleaner.errors import CleanerError
 # Exception classes of cleaner/ outside the root, each with why. click's own errors are shown by click.
 OUTSIDE_THE_ROOT = {
     "cleaner.cli_support.OneLineUsageError": "a click.UsageError: click shows it (exit 2)",
+    "cleaner.cli._Terminated": "SIGTERM as a BaseException, like KeyboardInterrupt: a signal, not an error",
 }
 
 # The builtin base each error keeps, for the callers that catch it by that base.
