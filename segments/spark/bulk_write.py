@@ -183,7 +183,7 @@ def _batch_chunks(path: str, limit: int) -> Iterator[bytes]:
             buf += data
             pos = 0
             while pos + fmt.LOG_OVERHEAD <= len(buf):
-                size = fmt.LOG_OVERHEAD + int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True)
+                size = fmt.LOG_OVERHEAD + fmt.PREFIX.unpack_from(buf, pos)[1]
                 if size < fmt.RECORD_BATCH_OVERHEAD:
                     raise LogStateError(f"{path}: invalid batch length at position {f.tell() - len(buf) + pos}")
                 if pos + size > len(buf):
