@@ -100,12 +100,9 @@ class _EntryFile:
     _columns: ClassVar[tuple[tuple[str, type], ...]]  # (field of _disk_dtype, native in-memory dtype)
     _create_on_open: ClassVar[bool] = True
 
-    @classmethod
-    def _validated(
-        cls, path: str | os.PathLike, base_offset: int, first: ArrayLike, second: ArrayLike, entries_max: int
-    ) -> dict[str, np.ndarray]:
-        """The entries as columns after the checks `append` makes; each index defines its own."""
-        raise NotImplementedError
+    # (path, base_offset, first, second, entries_max) -> the entries as columns, after the checks `append`
+    # makes; each index that writes a whole file at once (`_write_file`) defines it as a classmethod
+    _validated: ClassVar[Callable[..., dict[str, np.ndarray]]]
 
     def __init__(
         self,
