@@ -75,7 +75,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import os
 import platform
@@ -89,6 +88,8 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from run import _code_state  # bench/run.py: the commit and any uncommitted product change
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -316,20 +317,6 @@ def profile_pair(gil_raw: Path, all_raw: Path, rate: float, gil_json: dict, gil_
 
 
 # ---- running -----------------------------------------------------------------------------------------------------
-
-
-def _code_state() -> str:
-    """The commit and any uncommitted change to the product code (others may be editing the work tree)."""
-    def git(*a: str) -> str:
-        res = subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT)
-        return res.stdout.strip() if res.returncode == 0 else "?"
-
-    dirty = git("status", "--short", "--", "cleaner", "segments", "offsetmap")
-    digest = git("diff", "HEAD", "--", "cleaner", "segments", "offsetmap")
-    sha = hashlib.sha1(digest.encode()).hexdigest()[:8]
-    return git("rev-parse", "--short", "HEAD") + (
-        f" + uncommitted product changes ({len(dirty.splitlines())} files, diff sha1 {sha})" if dirty else ""
-    )
 
 
 def _pristine(name: str, scale: float, data_dir: Path) -> tuple[Path, dict]:
