@@ -1,4 +1,5 @@
-"""`logcleaner clean LOGDIR` on 1, 2, 4 ... threads (`log.cleaner.threads`), against `cp -r` + `sync` (issue 22).
+"""`logcleaner clean LOGDIR` and the daemon on 1, 2, 4 ... threads (`log.cleaner.threads`), against `cp -r` + `sync`
+(issue 22).
 
 For each workload (`--workloads W1,W3`; `bench/workloads.py`), in one run:
 
@@ -18,13 +19,21 @@ For each workload (`--workloads W1,W3`; `bench/workloads.py`), in one run:
    cache: median of 3) taken off, the part threads can speed up; "load before" = the 1-minute load average
    before the row's first run (the machine may be shared).
    Every run's partitions must come out `ok` with the same record counts as the one-thread run.
+5. `--modes clean,daemon`: the daemon's rows time `logcleaner run` (a config over the log dir, the same
+   settings, a clock file at T) from its start until its `/status` shows every partition with a round done
+   and nothing cleanable left; CPU and peak RSS from /proc at that moment, then SIGTERM;
+6. `--gil`: one more `clean` per row under `py-spy record --gil --idle` (100 Hz): the share of the wall time
+   during which some thread held the GIL (py-spy samples only a thread holding it; bench/gil_profile.py
+   splits it by phase);
+7. `--plot PNG`: MB/s against threads per workload, the ideal line (T x one thread) and Kafka 2.4's
+   one-thread figure x T (`KAFKA_ONE_THREAD_MB_S`, issue 19's measurement on this machine class).
 
 The dedupe buffer is the same total for every thread count (Kafka's meaning: the threads share it); at the
 default 256 MiB each thread's share still indexes a whole partition in one round. A benchmark measures; it
 never asserts a time.
 
 Usage: python bench/threads.py [--workloads W1,W3] [--partitions 4] [--scale 0.125] [--threads 1,2,4]
-                               [--repeats 3] [--dedupe-mb 256] [--keep]
+                               [--repeats 3] [--dedupe-mb 256] [--modes clean,daemon] [--gil] [--plot PNG] [--keep]
 """
 
 from __future__ import annotations
@@ -34,9 +43,14 @@ import json
 import os
 import platform
 import shutil
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -46,6 +60,12 @@ if str(BENCH) not in sys.path:
 # the sibling modules, from the path above
 from run import LOGCLEANER, _code_state, _copy, _run_measured
 from workloads import generate
+
+PY_SPY = Path(sys.executable).parent / "py-spy"
+GIL_RATE_HZ = 100
+# Kafka 2.4's cleaner, one JIT-warm thread on this machine class (issue 19's measurement), in MB/s of input;
+# W2 from its 0.72 M records/s at W2's 122 bytes a record. No figure for W4.
+KAFKA_ONE_THREAD_MB_S = {"W1": 440 * 1.048576, "W2": 0.72 * 122.4, "W3": 239 * 1.048576}
 
 
 def _log_bytes(log_dir: Path) -> int:
@@ -81,6 +101,78 @@ def _clean(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) -> dict:
     return run
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process and its finished children (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _daemon(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) -> dict:
+    """`logcleaner run` over `log_dir`: wall from process start until `/status` shows every partition cleaned
+    (a round done, nothing cleanable left), CPU and peak RSS of the process at that moment."""
+    port = _free_port()
+    config = log_dir.parent / f"{log_dir.name}.toml"
+    config.write_text("\n".join([
+        f'"log.dirs" = ["{log_dir}"]', '"cleanup.policy" = "compact"', f'"log.cleaner.threads" = {threads}',
+        f'"log.cleaner.dedupe.buffer.size" = {dedupe_bytes}', '"log.cleaner.backoff.ms" = 50',
+        "", "[server]", f'listen = "127.0.0.1:{port}"', "discovery_interval_ms = 200", "",
+    ]))
+    clock = log_dir.parent / f"{log_dir.name}.clock"
+    clock.write_text(str(now_ms))
+    env = dict(os.environ, LOGCLEANER_CLOCK_FILE=str(clock))
+    started = time.perf_counter()
+    proc = subprocess.Popen([str(LOGCLEANER), "run", "-c", str(config)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=env, cwd=BENCH.parent)
+    try:
+        partitions = None
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the daemon exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2) as response:
+                    partitions = json.loads(response.read())["partitions"]
+            except OSError:
+                partitions = None
+            if partitions and all(p["rounds"] >= 1 and p["cleanable_bytes"] == 0 for p in partitions):
+                wall = time.perf_counter() - started
+                break
+            time.sleep(0.02)
+        cpu = _cpu_s(proc.pid)
+        rss = int(next(line.split()[1] for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                       if line.startswith("VmHWM"))) / 1024
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    written = {p["partition"]: p["last_round"]["records_written"] for p in partitions}
+    return {"wall_s": wall, "user_s": cpu, "sys_s": 0.0, "peak_rss_mib": rss, "written": written,
+            "rounds": sum(p["rounds"] for p in partitions)}
+
+
+def _gil_share(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) -> float:
+    """Share of the wall time of one `logcleaner clean` run during which some thread held the GIL
+    (`py-spy record --gil --idle` samples only a thread holding it; see bench/gil_profile.py)."""
+    raw = log_dir.parent / f"{log_dir.name}.gil.txt"
+    cmd = [str(PY_SPY), "record", "--gil", "--idle", "--threads", "-f", "raw", "-r", str(GIL_RATE_HZ), "-o", str(raw),
+           "--", str(LOGCLEANER), "clean", str(log_dir), "--json", "--now-ms", str(now_ms), "--set",
+           "cleanup.policy=compact", "--set", f"log.cleaner.threads={threads}",
+           "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}"]
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - started
+    samples = sum(int(line.rsplit(" ", 1)[1]) for line in raw.read_text().splitlines() if line.strip())
+    return samples / GIL_RATE_HZ / wall
+
+
 def bench_workload(name: str, args) -> list[dict]:
     dedupe = int(args.dedupe_mb * 2**20)
     work = Path(tempfile.mkdtemp(prefix=f"threads-{name}-", dir=args.data_dir))
@@ -107,28 +199,38 @@ def bench_workload(name: str, args) -> list[dict]:
         fixed = statistics.median(_clean(tiny, now_ms, 1, dedupe)["wall_s"] for _ in range(3))
         print(f"  fixed cost (a clean of one tiny partition): {fixed:.2f} s", flush=True)
         rows = []
-        for threads in args.threads:
-            runs = []
-            load = os.getloadavg()[0]
-            for _ in range(args.repeats):
-                run_dir, cp_s = fresh()
-                run = _clean(run_dir, now_ms, threads, dedupe)
-                shutil.rmtree(run_dir)
-                if run["written"] != expected:
-                    raise RuntimeError(f"{threads} threads kept other records: {run['written']} != {expected}")
-                run["cp_s"] = cp_s
-                runs.append(run)
-                print(f"  T={threads}: clean {run['wall_s']:.2f} s, CPU {run['user_s'] + run['sys_s']:.2f} s, "
-                      f"cp+sync {cp_s:.2f} s, {run['rounds']} rounds, RSS {run['peak_rss_mib']:.0f} MiB", flush=True)
-            wall = statistics.median(r["wall_s"] for r in runs)
-            cp = statistics.median(r["cp_s"] for r in runs)
-            rows.append({
-                "workload": name, "threads": threads, "wall_s": wall, "mb_s": input_bytes / 1e6 / wall,
-                "net_mb_s": input_bytes / 1e6 / max(wall - fixed, 1e-3), "load": load,
-                "cpu_pct": statistics.median(100 * (r["user_s"] + r["sys_s"]) / r["wall_s"] for r in runs),
-                "cp_mb_s": input_bytes / 1e6 / cp, "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in runs),
-                "walls": [round(r["wall_s"], 2) for r in runs],
-            })
+        for mode in args.modes:
+            run_one = _clean if mode == "clean" else _daemon
+            for threads in args.threads:
+                runs = []
+                load = os.getloadavg()[0]
+                for _ in range(args.repeats):
+                    run_dir, cp_s = fresh()
+                    run = run_one(run_dir, now_ms, threads, dedupe)
+                    shutil.rmtree(run_dir)
+                    if run["written"] != expected:
+                        raise RuntimeError(f"{mode} on {threads} threads kept other records: {run['written']} != {expected}")
+                    run["cp_s"] = cp_s
+                    runs.append(run)
+                    print(f"  {mode} T={threads}: {run['wall_s']:.2f} s, CPU {run['user_s'] + run['sys_s']:.2f} s, "
+                          f"cp+sync {cp_s:.2f} s, {run['rounds']} rounds, RSS {run['peak_rss_mib']:.0f} MiB", flush=True)
+                gil = None
+                if args.gil and mode == "clean":
+                    run_dir, _ = fresh()
+                    gil = _gil_share(run_dir, now_ms, threads, dedupe)
+                    shutil.rmtree(run_dir)
+                    print(f"  {mode} T={threads}: GIL held {100 * gil:.0f}% of the wall time (py-spy --gil)", flush=True)
+                wall = statistics.median(r["wall_s"] for r in runs)
+                cp = statistics.median(r["cp_s"] for r in runs)
+                rows.append({
+                    "workload": name, "mode": mode, "threads": threads, "wall_s": wall,
+                    "mb_s": input_bytes / 1e6 / wall, "net_mb_s": input_bytes / 1e6 / max(wall - fixed, 1e-3),
+                    "load": load, "gil": gil,
+                    "cpu_pct": statistics.median(100 * (r["user_s"] + r["sys_s"]) / r["wall_s"] for r in runs),
+                    "cp_mb_s": input_bytes / 1e6 / cp,
+                    "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in runs),
+                    "walls": [round(r["wall_s"], 2) for r in runs],
+                })
         return rows
     finally:
         if not args.keep:
@@ -139,15 +241,57 @@ def report(rows: list[dict], args) -> None:
     print(f"\nCommand: .venv/bin/python bench/threads.py {' '.join(sys.argv[1:])}")
     print(f"Code: {_code_state()}; {os.cpu_count()} CPUs; Python {platform.python_version()}; "
           f"load average before {os.getloadavg()[0]:.2f}")
-    print("\n| workload | threads | wall s (median) | MB/s | x T=1 | MB/s less fixed cost | x T=1 | CPU % | cp+sync MB/s "
-          "| clean/cp | peak RSS MiB | load before | runs (s) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("\n| workload | mode | threads | wall s (median) | MB/s | x T=1 | MB/s less fixed cost | x T=1 | CPU % | GIL held "
+          "| cp+sync MB/s | clean/cp | peak RSS MiB | load before | runs (s) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in rows:
-        one = next(r for r in rows if r["workload"] == row["workload"] and r["threads"] == args.threads[0])
-        print(f"| {row['workload']} | {row['threads']} | {row['wall_s']:.2f} | {row['mb_s']:,.0f} | "
+        one = _one_thread(rows, row, args)
+        gil = "-" if row["gil"] is None else f"{100 * row['gil']:.0f}%"
+        print(f"| {row['workload']} | {row['mode']} | {row['threads']} | {row['wall_s']:.2f} | {row['mb_s']:,.0f} | "
               f"{row['mb_s'] / one['mb_s']:.2f} | {row['net_mb_s']:,.0f} | {row['net_mb_s'] / one['net_mb_s']:.2f} | "
-              f"{row['cpu_pct']:.0f} | {row['cp_mb_s']:,.0f} | {row['mb_s'] / row['cp_mb_s']:.2f} | "
+              f"{row['cpu_pct']:.0f} | {gil} | {row['cp_mb_s']:,.0f} | {row['mb_s'] / row['cp_mb_s']:.2f} | "
               f"{row['peak_rss_mib']:.0f} | {row['load']:.2f} | {', '.join(map(str, row['walls']))} |")
+    if args.plot:
+        _plot(rows, args)
+
+
+def _one_thread(rows: list[dict], row: dict, args) -> dict:
+    return next(r for r in rows if r["workload"] == row["workload"] and r["mode"] == row["mode"]
+                and r["threads"] == args.threads[0])
+
+
+def _plot(rows: list[dict], args) -> None:
+    """Throughput against threads per workload and mode, the ideal line (T x one thread) and Kafka's one-thread
+    figure x T."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted({r["workload"] for r in rows})
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        for mode, style in (("clean", "o-"), ("daemon", "s-")):
+            mine = [r for r in rows if r["workload"] == name and r["mode"] == mode]
+            if not mine:
+                continue
+            ts = [r["threads"] for r in mine]
+            ax.plot(ts, [r["mb_s"] for r in mine], style, label=f"logcleaner {mode}")
+            one = _one_thread(rows, mine[0], args)["mb_s"]
+            ax.plot(ts, [one * t / args.threads[0] for t in ts], ":", color="grey",
+                    label="ideal (T x one thread)" if mode == "clean" else None)
+        kafka = KAFKA_ONE_THREAD_MB_S.get(name)
+        if kafka:
+            ts = sorted({r["threads"] for r in rows})
+            ax.plot(ts, [kafka * t for t in ts], "--", color="tab:red", label="Kafka 2.4: one thread x T")
+        ax.axvline(os.cpu_count() or 1, color="black", linewidth=0.5)
+        ax.set_title(f"{name} ({os.cpu_count()} cores: the vertical line)")
+        ax.set_xlabel("log.cleaner.threads")
+        ax.set_ylabel("MB/s of input, whole process")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=90)
 
 
 def main() -> None:
@@ -160,7 +304,11 @@ def main() -> None:
     parser.add_argument("--dedupe-mb", type=float, default=256, help="log.cleaner.dedupe.buffer.size in MiB (shared)")
     parser.add_argument("--data-dir", type=Path, default=BENCH / "data")
     parser.add_argument("--keep", action="store_true", help="keep the generated data")
+    parser.add_argument("--modes", default="clean", help="clean (`logcleaner clean LOGDIR`), daemon (`logcleaner run`)")
+    parser.add_argument("--gil", action="store_true", help="one more clean per row under py-spy --gil: GIL-held share")
+    parser.add_argument("--plot", type=Path, help="a PNG of throughput against threads")
     args = parser.parse_args()
+    args.modes = args.modes.split(",")
     args.threads = [int(t) for t in args.threads.split(",")]
     args.data_dir.mkdir(parents=True, exist_ok=True)
     rows = []
