@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from segments.partition.checkpoint import SURVIVORSHIP_CHECKPOINT, read_offset_checkpoint
+from segments.partition.checkpoint import SURVIVORSHIP_CHECKPOINT, cached_offset_checkpoint, read_offset_checkpoint
 from segments.partition.log import update_log_dir_checkpoint
 
 __all__ = [
@@ -37,7 +37,8 @@ def smoothed(previous: float | None, observed: float, alpha: float) -> float:
 
 def record(log_dir: str | os.PathLike, topic: str, partition: int, observed: float, alpha: float) -> float:
     """Fold one round's survivorship into the partition's smoothed value and persist it; returns the new value."""
-    previous = read_all(log_dir).get((topic, partition))
+    ppm = cached_offset_checkpoint(Path(log_dir) / SURVIVORSHIP_CHECKPOINT)[0].get((topic, partition))
+    previous = None if ppm is None else ppm / _PPM
     value = min(max(smoothed(previous, observed, alpha), 0.0), 1.0)
     update_log_dir_checkpoint(log_dir, SURVIVORSHIP_CHECKPOINT, (topic, partition), round(value * _PPM))
     return value

@@ -11,15 +11,23 @@ Rules: writers separate fields with one space and sort offset entries by (topic,
 gives equal bytes; readers split on whitespace, read a missing file as empty, and raise `CheckpointError`
 naming the file and the 1-based line for anything malformed. The grammar of each file and the reader's rules
 in full, following Kafka's `CheckpointFile`: docs/format.md section 3.5.
+
+A log dir's offset checkpoint holds a line per partition and is read and rewritten at every round, so an
+offset checkpoint's parsed entries are kept per path (`_OffsetCheckpointCache`): a read still reads the file's
+bytes, and parses them only when they differ from the bytes last read or written here; an update re-encodes only
+the lines it changes. The files stay the one source of truth (docs/design.md, "Many partitions").
 """
 
 from __future__ import annotations
 
 import base64
+import bisect
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ..codec.errors import CheckpointError
 from ..files.fileio import DEFAULT_FILE_OPS, FileOps
@@ -40,6 +48,7 @@ __all__ = [
     "encode_leader_epoch_checkpoint",
     "encode_offset_checkpoint",
     "read_leader_epoch_checkpoint",
+    "cached_offset_checkpoint",
     "read_offset_checkpoint",
     "read_partition_metadata",
     "update_offset_checkpoint",
@@ -182,12 +191,16 @@ def encode_offset_checkpoint(entries: Mapping[TopicPartition, int]) -> bytes:
     """
     lines = [str(OFFSET_CHECKPOINT_VERSION), str(len(entries))]
     for (topic, partition), offset in sorted(entries.items()):
-        if not isinstance(topic, str) or not topic or any(ch.isspace() for ch in topic):
-            raise ValueError(f"topic must be a non-empty string without whitespace, got {topic!r}")
-        _check_int(partition, "partition", 0, _INT32_MAX)
-        _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)
+        _check_entry(topic, partition, offset)
         lines.append(f"{topic} {partition} {offset}")
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def _check_entry(topic: object, partition: object, offset: object) -> None:
+    if not isinstance(topic, str) or not topic or any(ch.isspace() for ch in topic):
+        raise ValueError(f"topic must be a non-empty string without whitespace, got {topic!r}")
+    _check_int(partition, "partition", 0, _INT32_MAX)
+    _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)
 
 
 def encode_leader_epoch_checkpoint(entries: Iterable[tuple[int, int]]) -> bytes:
@@ -220,17 +233,111 @@ def _read_limited(path: str | os.PathLike, bytes_max: int) -> bytes | None:
         return f.read(bytes_max + 1)
 
 
+class _OffsetCheckpointCache:
+    """One offset checkpoint's bytes as last read or written by this process, and its entries.
+
+    `version` grows whenever the content changes; `foreign_version` only when the bytes found on disk are not
+    the ones last read or written here (someone else wrote the file). An update rewrites the canonical bytes
+    (`encode_offset_checkpoint`'s) by splicing the lines it changes, so its cost does not grow with the
+    number of entries beyond copying the bytes."""
+
+    __slots__ = ("lock", "known", "data", "entries", "canonical", "keys", "version", "foreign_version")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.known = False  # False: `data` is not known to be what the file holds (never read, a write failed)
+        self.data: bytes | None = None
+        self.entries: dict[TopicPartition, int] = {}
+        self.canonical = False  # `data` is encode_offset_checkpoint(entries), and `keys` the sorted keys
+        self.keys: list[TopicPartition] = []
+        self.version = 0
+        self.foreign_version = 0
+
+    def load(self, data: bytes | None, path: str | os.PathLike, bytes_max: int) -> None:
+        """Take the file's bytes as read now (None: no file); parsed only when they changed."""
+        if self.known and data == self.data:
+            return
+        entries = {} if data is None else decode_offset_checkpoint(data, path=path, checkpoint_bytes_max=bytes_max)
+        self.known, self.data, self.entries, self.canonical, self.keys = True, data, entries, False, []
+        self.version += 1
+        self.foreign_version += 1
+
+    def update(self, updates: Mapping[TopicPartition, int], removals: Iterable[TopicPartition]) -> bytes:
+        """Apply `removals` then `updates` (checked as `encode_offset_checkpoint` checks them); the new bytes."""
+        for (topic, partition), offset in updates.items():
+            _check_entry(topic, partition, offset)
+        entries, keys = self.entries, self.keys
+        if not self.canonical or self.data is None:
+            self.data = encode_offset_checkpoint(entries)
+            keys[:] = sorted(entries)
+            self.canonical = True
+        data = self.data
+        body = data[data.index(b"\n", data.index(b"\n") + 1) + 1:]  # after the version and count lines
+        for key in removals:
+            if key in entries:
+                start, end = _line_span(body, key)
+                body = body[:start] + body[end:]
+                del entries[key]
+                del keys[bisect.bisect_left(keys, key)]
+        for key, offset in updates.items():
+            line = f"{key[0]} {key[1]} {offset}\n".encode("utf-8")
+            if key in entries:
+                start, end = _line_span(body, key)
+            else:
+                i = bisect.bisect_left(keys, key)
+                start = end = _line_span(body, keys[i])[0] if i < len(keys) else len(body)
+                keys.insert(i, key)
+            body = body[:start] + line + body[end:]
+            entries[key] = offset
+        self.data = f"{OFFSET_CHECKPOINT_VERSION}\n{len(keys)}\n".encode() + body
+        self.version += 1
+        return self.data
+
+
+def _line_span(body: bytes, key: TopicPartition) -> tuple[int, int]:
+    """Where `key`'s line is in the entry lines `body` of a canonical offset checkpoint: [start, end)."""
+    prefix = f"{key[0]} {key[1]} ".encode("utf-8")  # a topic holds no whitespace: no other line starts so
+    start = 0 if body.startswith(prefix) else body.index(b"\n" + prefix) + 1
+    return start, body.index(b"\n", start) + 1
+
+
+_cache_lock = threading.Lock()
+_caches: dict[str, _OffsetCheckpointCache] = {}
+
+
+def _cache_of(path: str | os.PathLike) -> _OffsetCheckpointCache:
+    key = os.path.abspath(path)
+    with _cache_lock:
+        cache = _caches.get(key)
+        if cache is None:
+            cache = _caches[key] = _OffsetCheckpointCache()
+        return cache
+
+
 def read_offset_checkpoint(
     path: str | os.PathLike, *, checkpoint_bytes_max: int = CHECKPOINT_BYTES_MAX
 ) -> dict[TopicPartition, int]:
     """Read an offset checkpoint into `{(topic, partition): offset}`; a missing file gives `{}`.
 
-    Raises `CheckpointError` (file, line) as described in docs/format.md section 3.5.
+    Raises `CheckpointError` (file, line) as described in docs/format.md section 3.5. The file is read every
+    time; it is parsed again only when its bytes changed (see the module docstring).
     """
+    entries, _, _ = cached_offset_checkpoint(path, checkpoint_bytes_max=checkpoint_bytes_max)
+    return dict(entries)
+
+
+def cached_offset_checkpoint(
+    path: str | os.PathLike, *, checkpoint_bytes_max: int = CHECKPOINT_BYTES_MAX
+) -> tuple[Mapping[TopicPartition, int], int, int]:
+    """The offset checkpoint at `path` as read now, without copying its entries: (a read-only view of them,
+    which later writes through this module change in place; the content's version; the foreign version,
+    which changes only when someone other than this process changed the file). Raises as
+    `read_offset_checkpoint`."""
     data = _read_limited(path, checkpoint_bytes_max)
-    if data is None:
-        return {}
-    return decode_offset_checkpoint(data, path=path, checkpoint_bytes_max=checkpoint_bytes_max)
+    cache = _cache_of(path)
+    with cache.lock:
+        cache.load(data, path, checkpoint_bytes_max)
+        return MappingProxyType(cache.entries), cache.version, cache.foreign_version
 
 
 def write_offset_checkpoint(
@@ -257,12 +364,17 @@ def update_offset_checkpoint(
     serialises writers of this file. Returns what was written. Raises `CheckpointError` if the current
     file cannot be parsed (nothing is written then).
     """
-    current = read_offset_checkpoint(path)
-    for tp in removals:
-        current.pop(tp, None)
-    current.update(updates)
-    write_offset_checkpoint(path, current, file_ops=file_ops)
-    return current
+    data = _read_limited(path, CHECKPOINT_BYTES_MAX)
+    cache = _cache_of(path)
+    with cache.lock:
+        cache.load(data, path, CHECKPOINT_BYTES_MAX)
+        try:
+            encoded = cache.update(updates, removals)
+            file_ops.write_atomic(path, encoded)
+        except BaseException:
+            cache.known = False  # what the file holds is not known here now: the next read parses it again
+            raise
+        return dict(cache.entries)
 
 
 def read_leader_epoch_checkpoint(

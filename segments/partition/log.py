@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -54,7 +54,7 @@ from .checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     SURVIVORSHIP_CHECKPOINT,
-    read_offset_checkpoint,
+    cached_offset_checkpoint,
     update_offset_checkpoint,
 )
 from .locks import CLEANER_LOCK, SWAP_LOCK, WRITER_LOCK, LogDirLock, PartitionLock
@@ -400,8 +400,8 @@ class PartitionLog:
             file_ops=self.file_ops,
         )
 
-    def _root_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
-        return read_offset_checkpoint(self.directory.parent / name)
+    def _root_checkpoint(self, name: str) -> Mapping[tuple[str, int], int]:
+        return cached_offset_checkpoint(self.directory.parent / name)[0]  # read, parsed only if it changed
 
     def _load_log_start_offset(self) -> None:
         first = self._segments[0].base_offset if self._segments else 0

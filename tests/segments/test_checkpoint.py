@@ -290,3 +290,48 @@ def test_standard_file_names():
         "log-start-offset-checkpoint",
         "leader-epoch-checkpoint",
     )
+
+
+# ---- the parsed checkpoint kept per path (issue 19: a log dir of many partitions) ---------------------------------
+
+
+def test_an_update_parses_the_file_only_when_its_bytes_changed_and_writes_what_a_full_encode_would(tmp_path,
+                                                                                                     monkeypatch):
+    path = tmp_path / "cleaner-offset-checkpoint"
+    cp.write_offset_checkpoint(path, {("t", p): 7 for p in range(100)})
+    parses = []
+    decode = cp.decode_offset_checkpoint
+    monkeypatch.setattr(cp, "decode_offset_checkpoint", lambda data, **kw: parses.append(1) or decode(data, **kw))
+    model = {("t", p): 7 for p in range(100)}
+    for p in range(100, 0, -7):
+        cp.update_offset_checkpoint(path, {("t", p): p, ("u", p): 1}, removals=[("t", p + 1)])
+        model.pop(("t", p + 1), None)
+        model.update({("t", p): p, ("u", p): 1})
+        assert path.read_bytes() == cp.encode_offset_checkpoint(model)
+        assert cp.read_offset_checkpoint(path) == model
+    assert len(parses) == 1  # the file as first found; every later read found the bytes this process wrote
+    # someone else rewrites it (another process, an operator): it is parsed again, and the update starts from it
+    path.write_bytes(b"0\n2\nt  3  30\r\nv 1 10\n")
+    cp.update_offset_checkpoint(path, {("w", 0): 5})
+    assert len(parses) == 2
+    assert path.read_bytes() == b"0\n3\nt 3 30\nv 1 10\nw 0 5\n"
+
+
+def test_random_updates_over_foreign_rewrites_always_leave_the_canonical_bytes(tmp_path):
+    import random
+
+    path = tmp_path / "checkpoint"
+    rng = random.Random(19)
+    topics = ["a", "ab", "a.b", "b", "b-1", "t_x"]
+    model: dict = {}
+    for _ in range(1500):
+        if rng.random() < 0.05:  # a rewrite by someone else, in a form of the grammar that is not ours
+            model = {(rng.choice(topics), rng.randrange(30)): rng.randrange(10**12) for _ in range(rng.randrange(5))}
+            path.write_bytes(cp.encode_offset_checkpoint(model).replace(b" ", b"  "))
+        updates = {(rng.choice(topics), rng.randrange(30)): rng.randrange(10**12) for _ in range(rng.randrange(3))}
+        removals = [(rng.choice(topics), rng.randrange(30)) for _ in range(rng.randrange(2))]
+        for key in removals:
+            model.pop(key, None)
+        model.update(updates)
+        assert cp.update_offset_checkpoint(path, updates, removals) == model
+        assert path.read_bytes() == cp.encode_offset_checkpoint(model)
