@@ -1,8 +1,9 @@
 """The offset index (`.index`) and time index (`.timeindex`) of one segment: docs/format.md 3.1 and 3.2.
 
-Owns opening, appending to, looking up in, truncating, checking, writing and renaming the two sparse
-indexes of a segment, and Kafka's canonical rule for building them from a segment's batches
-(`build_offset_index_entries`, `build_time_index_entries`). It must not read `.log` files (callers pass
+Owns opening, appending to (entry by entry or as arrays: `append_many`, `maybe_append_many`), looking up in,
+truncating, checking, writing and renaming the two sparse indexes of a segment, and Kafka's rules for building
+them from batches: at append time over a run of batches (`interval_entries`, compiled in `_index_kernels`) and
+the canonical whole-segment build (`build_offset_index_entries`, `build_time_index_entries`). It must not read `.log` files (callers pass
 batch positions, offsets and timestamps) and does not decide when an index is rebuilt: the log calls
 `sanity_check()` on every index it opens and rebuilds the index on `CorruptIndexError`, as Kafka's
 `LogSegment.sanityCheck` / `LogLoader` do. The byte layouts come from `segments.codec.format`.
@@ -19,9 +20,9 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +36,7 @@ __all__ = [
     "TimeIndex",
     "build_offset_index_entries",
     "build_time_index_entries",
+    "interval_entries",
 ]
 
 _INT32_MAX = 2**31 - 1  # positions are int32
@@ -78,6 +80,29 @@ def _steps(values: np.ndarray, *, strictly_increasing: bool) -> np.ndarray:
     mask = np.zeros(len(values), dtype=bool)
     mask[1:] = values[1:] <= values[:-1] if strictly_increasing else values[1:] < values[:-1]
     return mask
+
+
+def _int64_columns(*values: ArrayLike) -> list[np.ndarray] | None:
+    """`values` as 1-D int64 arrays of one length, or None if any holds something else than integers that fit
+    int64 (the caller then appends entry by entry, whose checks say what is wrong)."""
+    arrays = []
+    for value in values:
+        array = np.asarray(value)
+        if array.ndim != 1:
+            return None
+        if array.size == 0:
+            array = np.zeros(0, np.int64)
+        elif array.dtype.kind not in "iu" or (array.dtype.kind == "u" and int(array.max()) > _INT64_MAX):
+            return None
+        arrays.append(np.ascontiguousarray(array, dtype=np.int64))
+    if any(len(a) != len(arrays[0]) for a in arrays):
+        raise ValueError(f"entry arrays must be of one length, got {[len(a) for a in arrays]}")
+    return arrays
+
+
+def _items(values: ArrayLike) -> list[Any]:
+    """The items of a sequence the array appends could not take as int64, for the entry-by-entry path."""
+    return list(cast(Iterable[Any], values))
 
 
 def _first_true(mask: np.ndarray, shift: int = 0) -> int | None:
@@ -193,6 +218,27 @@ class _EntryFile:
         for (name, _), value in zip(self._columns, values):
             self._cols[name][n] = value
         self._n = n + 1
+        self._dirty = True
+        if not self.read_only and (self._n - self._file_entries) * self._entry_bytes >= _PENDING_BYTES_MAX:
+            self.flush()
+
+    def _push_many(self, values: tuple[np.ndarray, ...]) -> None:
+        """`_push` of many entries, one array per column (already checked), with one copy per column."""
+        count = len(values[0])
+        if count == 0:
+            return
+        n = self._loaded()
+        capacity = len(self._cols[self._columns[0][0]])
+        if n + count > capacity:
+            new_capacity = max(_CAPACITY_MIN_ENTRIES, 2 * capacity, n + count)
+            new_capacity = min(new_capacity, max(self.entries_max, n + count))
+            for name, dtype in self._columns:
+                grown: np.ndarray = np.empty(new_capacity, dtype)
+                grown[:n] = self._cols[name][:n]
+                self._cols[name] = grown
+        for (name, _), column in zip(self._columns, values):
+            self._cols[name][n:n + count] = column
+        self._n = n + count
         self._dirty = True
         if not self.read_only and (self._n - self._file_entries) * self._entry_bytes >= _PENDING_BYTES_MAX:
             self.flush()
@@ -438,6 +484,47 @@ class OffsetIndex(_SparseIndex):
             )
         self._push((relative, position))
 
+    def append_many(self, offsets: ArrayLike, positions: ArrayLike) -> None:
+        """`append` of each `(offset, position)` in order, checked and stored as arrays (one copy per column).
+
+        Same checks and errors as `append` entry by entry: when one fails, the entries before it are appended
+        (by `append`, which then raises for it), as a loop of `append` would leave them.
+        """
+        columns = _int64_columns(offsets, positions)
+        if columns is None:
+            for offset, position in zip(_items(offsets), _items(positions)):
+                self.append(offset, position)
+            return
+        offsets, positions = columns
+        count = len(offsets)
+        if count == 0:
+            return
+        n = self._loaded()
+        relative = offsets - self.base_offset
+        previous_relative = np.empty(count, np.int64)
+        previous_position = np.empty(count, np.int64)
+        previous_relative[1:], previous_position[1:] = relative[:-1], positions[:-1]
+        has_previous = np.ones(count, dtype=bool)
+        if n:
+            previous_relative[0] = int(self._cols["relative_offset"][n - 1])
+            previous_position[0] = int(self._cols["position"][n - 1])
+        else:
+            has_previous[0] = False
+            previous_relative[0] = previous_position[0] = 0
+        bad = (
+            (np.arange(n, n + count) >= self.entries_max)
+            | (relative < 0) | (relative > fmt.RELATIVE_OFFSET_MAX)
+            | (has_previous & (relative <= previous_relative))
+            | (positions < 0) | (positions > _INT32_MAX)
+            | (has_previous & (positions < previous_position))
+        )
+        i = _first_true(bad)
+        if i is not None:
+            for offset, position in zip(offsets[: i + 1].tolist(), positions[: i + 1].tolist()):
+                self.append(offset, position)  # raises at entry i, with append's message
+            raise AssertionError("unreachable: append accepted an entry append_many rejects")
+        self._push_many((relative.astype(np.int32), positions.astype(np.int32)))
+
     def lookup(self, target_offset: int) -> tuple[int, int]:
         """The entry with the largest offset <= `target_offset` as `(offset, position)`, or `(base, 0)` if none.
 
@@ -652,6 +739,44 @@ class TimeIndex(_SparseIndex):
         self._push((timestamp, relative))
         return True
 
+    def maybe_append_many(self, timestamps: ArrayLike, offsets: ArrayLike) -> int:
+        """`maybe_append` of each `(timestamp, offset)` in order (no `skip_full_check`); the number appended.
+
+        Checked and stored as arrays: an entry is appended iff its timestamp is above every one before it and
+        the last entry's. Same checks and errors as `maybe_append` candidate by candidate: when one fails, the
+        ones before it are appended (by `maybe_append`, which then raises), as a loop would leave them.
+        """
+        columns = _int64_columns(timestamps, offsets)
+        if columns is None:
+            return sum(self.maybe_append(t, o) for t, o in zip(_items(timestamps), _items(offsets)))
+        timestamps, offsets = columns
+        count = len(timestamps)
+        if count == 0:
+            return 0
+        n = self._loaded()
+        last_timestamp, last_offset = self.last_entry
+        # The last entry's timestamp before candidate k: the running max of the last entry's and the candidates'.
+        previous_max = np.maximum.accumulate(np.r_[np.int64(last_timestamp), timestamps[:-1]])
+        appended = timestamps > previous_max
+        # The last entry before candidate k: the latest appended candidate before k, else the index's last one.
+        latest = np.maximum.accumulate(np.where(appended, np.arange(count), -1))
+        before = np.r_[np.int64(-1), latest[:-1]]
+        previous_offset = np.where(before >= 0, offsets[np.maximum(before, 0)], last_offset)
+        has_entry = (before >= 0) | (n > 0)
+        relative = offsets - self.base_offset
+        entries_before = n + np.cumsum(appended) - appended
+        limit = self.entries_max - fmt.TIME_INDEX_RESERVED_ENTRIES
+        bad = (has_entry & ((offsets < previous_offset) | (timestamps < previous_max))) | (
+            appended & ((entries_before >= limit) | (relative < 0) | (relative > fmt.RELATIVE_OFFSET_MAX))
+        )
+        i = _first_true(bad)
+        if i is not None:
+            for timestamp, offset in zip(timestamps[: i + 1].tolist(), offsets[: i + 1].tolist()):
+                self.maybe_append(timestamp, offset)  # raises at candidate i, with maybe_append's message
+            raise AssertionError("unreachable: maybe_append accepted a candidate maybe_append_many rejects")
+        self._push_many((timestamps[appended], relative[appended].astype(np.int32)))
+        return int(np.count_nonzero(appended))
+
     def lookup(self, target_timestamp: int) -> tuple[int, int]:
         """The entry with the largest timestamp <= `target_timestamp` as `(timestamp, offset)`, or `(-1, base)`."""
         timestamps = self._column("timestamp")
@@ -802,22 +927,66 @@ def _batch_arrays(*columns: ArrayLike) -> list[np.ndarray]:
     return arrays
 
 
-def _indexed_batches(positions: np.ndarray, index_interval_bytes: int) -> np.ndarray:
-    """Indices of the batches the canonical rule indexes (see `build_offset_index_entries`)."""
+def interval_entries(
+    positions: np.ndarray,
+    last_offsets: np.ndarray,
+    max_timestamps: np.ndarray,
+    *,
+    end: int,
+    index_interval_bytes: int,
+    bytes_since: int = 0,
+    max_timestamp: int = fmt.NO_TIMESTAMP,
+    shallow_offset: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int, int]]:
+    """Kafka's append-time rule over a run of batches, as if each batch were its own `LogSegment.append`.
+
+    For each batch in order: the running max timestamp moves to its max timestamp if that is greater (its
+    offset to the batch's last offset); then, if more than `index_interval_bytes` were appended since the
+    last offset-index entry, the batch is indexed and the count restarts; then its size (to the next
+    position, the last one's to `end`) is counted. `bytes_since`, `max_timestamp` and `shallow_offset` are
+    the state before the first batch. Requires 1-D int64 arrays of one length, positions increasing.
+    Returns (indices of the indexed batches, the time-index candidates at them as timestamps and offsets,
+    the state after the last batch as `(bytes_since, max_timestamp, shallow_offset)`). The compiled walk is
+    `segments.files._index_kernels.index_candidates` (numba loads at the first call with batches).
+    """
+    count = len(positions)
+    if count == 0:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty, (bytes_since, max_timestamp, shallow_offset)
+    from ._index_kernels import index_candidates
+
+    batch = np.empty(count, np.int64)
+    timestamps = np.empty(count, np.int64)
+    offsets = np.empty(count, np.int64)
+    found, bytes_since, max_timestamp, shallow_offset = index_candidates(
+        np.ascontiguousarray(positions, dtype=np.int64),
+        np.ascontiguousarray(last_offsets, dtype=np.int64),
+        np.ascontiguousarray(max_timestamps, dtype=np.int64),
+        end,
+        min(int(index_interval_bytes), _INT64_MAX),
+        bytes_since,
+        max_timestamp,
+        shallow_offset,
+        batch,
+        timestamps,
+        offsets,
+    )
+    return batch[:found], timestamps[:found], offsets[:found], (int(bytes_since), int(max_timestamp), int(shallow_offset))
+
+
+def _canonical_entries(
+    positions: np.ndarray, last_offsets: np.ndarray, max_timestamps: np.ndarray, index_interval_bytes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int, int]]:
+    """`interval_entries` from the start of a segment (see `build_offset_index_entries`)."""
     if not isinstance(index_interval_bytes, (int, np.integer)) or index_interval_bytes < 0:
         raise ValueError(f"index_interval_bytes must be a non-negative int, got {index_interval_bytes!r}")
-    chosen: list[int] = []
-    last_indexed = 0
-    # One iteration per entry, not per batch: the next indexed batch is the first whose position is more
-    # than the interval past the last indexed one. Each pick lies after the previous one, so the loop runs
-    # at most len(positions) times.
-    while True:
-        i = int(np.searchsorted(positions, last_indexed + int(index_interval_bytes), side="right"))
-        if i >= len(positions):
-            break
-        chosen.append(i)
-        last_indexed = int(positions[i])
-    return np.asarray(chosen, dtype=np.int64)
+    # `lastIndexed = 0` with a batch at `pos` indexed when `pos - lastIndexed` passes the interval is the append
+    # rule with as many bytes counted before the first batch as its position (0 for a whole segment).
+    first = int(positions[0]) if len(positions) else 0
+    end = int(positions[-1]) if len(positions) else 0
+    return interval_entries(
+        positions, last_offsets, max_timestamps, end=end, index_interval_bytes=index_interval_bytes, bytes_since=first
+    )
 
 
 def build_offset_index_entries(
@@ -834,7 +1003,8 @@ def build_offset_index_entries(
     offsets out of order yields entries that `OffsetIndex` rejects).
     """
     positions, last_offsets = _batch_arrays(batch_positions, batch_last_offsets)
-    chosen = _indexed_batches(positions, index_interval_bytes)
+    no_timestamps = np.full(len(positions), fmt.NO_TIMESTAMP, np.int64)
+    chosen, _, _, _ = _canonical_entries(positions, last_offsets, no_timestamps, index_interval_bytes)
     return last_offsets[chosen], positions[chosen]
 
 
@@ -859,16 +1029,11 @@ def build_time_index_entries(
     offset, so its files have the same timestamps but offsets inside the same batches.
     """
     positions, last_offsets, max_timestamps = _batch_arrays(batch_positions, batch_last_offsets, batch_max_timestamps)
-    chosen = _indexed_batches(positions, index_interval_bytes)
-    count = len(positions)
-    if count == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    running_max = np.maximum.accumulate(np.maximum(max_timestamps, fmt.NO_TIMESTAMP))
-    previous_max = np.r_[np.int64(fmt.NO_TIMESTAMP), running_max[:-1]]
-    # The batch that set the running max (strictly greater), carried forward; -1 while it is still -1.
-    holder = np.maximum.accumulate(np.where(max_timestamps > previous_max, np.arange(count), -1))
-    candidate_ts = np.r_[running_max[chosen], running_max[-1]]
-    candidate_holder = np.r_[holder[chosen], holder[-1]]
+    _, timestamps, offsets, (_, final_timestamp, final_offset) = _canonical_entries(
+        positions, last_offsets, max_timestamps, index_interval_bytes
+    )
+    candidate_ts = np.r_[timestamps, np.int64(final_timestamp)]
+    candidate_offsets = np.r_[offsets, np.int64(final_offset)]
     # Candidates never decrease, so "above the last kept one" is "above the previous candidate".
     keep = candidate_ts > np.r_[np.int64(fmt.NO_TIMESTAMP), candidate_ts[:-1]]
-    return candidate_ts[keep], last_offsets[candidate_holder[keep]]
+    return candidate_ts[keep], candidate_offsets[keep]

@@ -34,7 +34,7 @@ from ..codec.errors import CorruptRecordError, TruncatedBatchError
 from ..codec.legacy import decode_legacy_entry
 from ..codec.records import BatchHeader, RecordBatch, decode_batch
 from .fileio import DEFAULT_FILE_OPS, FileOps
-from .index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries
+from .index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries, interval_entries
 from .txnindex import TransactionIndex
 
 if TYPE_CHECKING:
@@ -487,7 +487,8 @@ class LogSegment:
 
         `batch_positions` are relative to `data`. Used by the cleaner, whose output chunks hold many
         batches; per-batch indexing keeps reads of the cleaned segment as precise as Kafka's recovery
-        rule would make them. Returns the position written at.
+        rule would make them. The entries of all the batches are found in one compiled pass
+        (`index.interval_entries`) and appended as arrays. Returns the position written at.
         """
         assert self.writable, f"{self.paths.log} is not open for writing"
         n = len(batch_positions)
@@ -502,17 +503,21 @@ class LogSegment:
         self.file_ops.pwrite_all(self._fd, data, start)
         self.size_bytes += len(data)
         positions = np.asarray(batch_positions, dtype=np.int64)
-        sizes = np.diff(np.append(positions, len(data)))
-        max_ts = np.asarray(batch_max_timestamps, dtype=np.int64)
-        for pos, size, last, ts in zip(positions.tolist(), sizes.tolist(), last_offsets.tolist(), max_ts.tolist()):
-            if ts > self._max_timestamp_so_far:
-                self._max_timestamp_so_far = ts
-                self._shallow_offset_of_max_timestamp = last
-            if self._bytes_since_last_index_entry > self.index_interval_bytes:
-                self.offset_index.append(last, start + pos)
-                self.time_index.maybe_append(self._max_timestamp_so_far, self._shallow_offset_of_max_timestamp)
-                self._bytes_since_last_index_entry = 0
-            self._bytes_since_last_index_entry += size
+        # The per-batch rule of `append` over every batch at once (compiled), then the entries as arrays.
+        indexed, timestamps, offsets, state = interval_entries(
+            positions,
+            last_offsets,
+            np.asarray(batch_max_timestamps, dtype=np.int64),
+            end=len(data),
+            index_interval_bytes=self.index_interval_bytes,
+            bytes_since=self._bytes_since_last_index_entry,
+            max_timestamp=self._max_timestamp_so_far,
+            shallow_offset=self._shallow_offset_of_max_timestamp,
+        )
+        if len(indexed):
+            self.offset_index.append_many(last_offsets[indexed], start + positions[indexed])
+            self.time_index.maybe_append_many(timestamps, offsets)
+        self._bytes_since_last_index_entry, self._max_timestamp_so_far, self._shallow_offset_of_max_timestamp = state
         self._next_offset = int(last_offsets[-1]) + 1
         return start
 
@@ -695,10 +700,8 @@ class LogSegment:
         )
         self.offset_index.reset()
         self.time_index.reset()
-        for o, p in zip(offsets.tolist(), positions.tolist()):
-            self.offset_index.append(o, p)
-        for t, o in zip(ts.tolist(), ts_offsets.tolist()):
-            self.time_index.maybe_append(t, o)
+        self.offset_index.append_many(offsets, positions)
+        self.time_index.maybe_append_many(ts, ts_offsets)
         if write:
             self.offset_index.flush()
             self.time_index.flush()
