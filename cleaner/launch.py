@@ -26,7 +26,7 @@ from offsetmap import OffsetMap, per_thread_memory_bytes
 from segments.files.readahead import WindowRing
 from segments.partition.log import PartitionLog
 
-from . import survivorship
+from . import kernel_cache, survivorship
 from .round import RoundResult, clean_round
 from .settings import CleanerSettings, TopicSettings
 from .throttle import Throttle
@@ -74,6 +74,7 @@ def launch_round(
     def charge_io(n: int) -> None:  # every read and write, before it is done
         throttle.acquire(n, check_abort=check_abort)
 
+    kernel_cache.ensure_compiled()  # the first round of a process after an install compiles in a child
     result = clean_round(
         log_,
         topic,

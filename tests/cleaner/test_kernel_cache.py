@@ -1,0 +1,92 @@
+"""The kernels are compiled in a child process, once per installation and machine (`cleaner.kernel_cache`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cleaner import kernel_cache
+from segments.tools.generate import WorkloadSpec, generate_partition
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """An empty numba cache directory and a process that has not checked the stamp yet."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba-cache"))
+    monkeypatch.setattr(kernel_cache, "_outcome", [])
+    return tmp_path
+
+
+def test_a_matching_stamp_runs_no_child(fresh, monkeypatch):
+    stamp = kernel_cache.stamp_path()
+    stamp.parent.mkdir(parents=True)
+    stamp.write_text(kernel_cache._fingerprint() + "\n")
+
+    def no_child(*args, **kwargs):
+        raise AssertionError("a child was started although the stamp matches")
+
+    monkeypatch.setattr(subprocess, "run", no_child)
+    assert kernel_cache.ensure_compiled() is True
+
+
+def test_a_stale_stamp_runs_the_child_once_per_process(fresh, monkeypatch):
+    stamp = kernel_cache.stamp_path()
+    stamp.parent.mkdir(parents=True)
+    stamp.write_text("made by other sources\n")
+    calls = []
+
+    def child(cmd, **kwargs):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", child)
+    assert kernel_cache.ensure_compiled() is True
+    assert kernel_cache.ensure_compiled() is True
+    assert calls == [[sys.executable, "-m", "cleaner.kernel_cache"]]
+
+
+def test_a_failed_child_leaves_compiling_to_the_process_with_a_warning(fresh, monkeypatch, caplog):
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "boom\nlast line"))
+    assert kernel_cache.ensure_compiled() is False
+    assert "exit 1: last line" in caplog.text
+    assert not kernel_cache.stamp_path().exists()
+
+
+def test_a_source_change_changes_the_fingerprint(fresh, monkeypatch, tmp_path):
+    before = kernel_cache._fingerprint()
+    fake_root = tmp_path / "tree"
+    for package in ("segments", "offsetmap", "cleaner"):
+        (fake_root / package).mkdir(parents=True)
+        (fake_root / package / "m.py").write_text("x = 1\n")
+    monkeypatch.setattr(kernel_cache, "_package_root", lambda: fake_root)
+    one = kernel_cache._fingerprint()
+    (fake_root / "segments" / "m.py").write_text("x = 22\n")
+    assert kernel_cache._fingerprint() not in (one, before)
+
+
+@pytest.mark.slow
+def test_the_first_clean_after_an_install_compiles_nothing_itself(tmp_path):
+    """With an empty numba cache, `logcleaner clean` compiles in its child: the process itself only loads
+    from the cache (NUMBA_DEBUG_CACHE reports every save and load), and the stamp is written."""
+    part = tmp_path / "t-0"
+    generate_partition(part, WorkloadSpec(records=2000, keys=100, tombstone_fraction=0.1, segment_bytes=16 * 1024))
+    cache = tmp_path / "numba-cache"
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), NUMBA_DEBUG_CACHE="1")
+    done = subprocess.run([sys.executable, "-m", "cleaner.cli", "clean", str(part), "--json"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "data saved to" not in done.stdout  # numba's cache debug lines go to the process's stdout
+    assert "data loaded from" in done.stdout
+    assert (cache / "logcleaner-kernels.stamp").read_text().strip() == _fingerprint_in(env)
+
+
+def _fingerprint_in(env: dict) -> str:
+    code = "from cleaner import kernel_cache; print(kernel_cache._fingerprint())"
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
