@@ -26,7 +26,7 @@ import numpy as np
 from offsetmap import OffsetMap, hash_key_spans
 from segments.codec import format as fmt
 from segments.codec.legacy import encode_legacy_wrapper
-from segments.codec.records import Record, batch_crc, encode_batch_from_region
+from segments.codec.records import Record, encode_batch_from_region
 from segments.files import faults
 from segments.files.readahead import WindowRing, read_ahead
 from segments.files.segment import LogSegment
@@ -397,6 +397,8 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stat
     Rebuilt batches marked in `clear_horizon` are written without their delete horizon.
     """
     # numba (the round's kernels) is imported only when a round recopies: start-up of the CLI stays fast
+    from segments.codec._crc_kernels import stamp_v2_crcs
+
     from ._kernels import assemble_batches
 
     n = result.n_batches
@@ -437,12 +439,8 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stat
         count += 1
         pos += len(data)
         i += 1
-    view = out.data.data  # the output arena's bytes
-    for j in np.nonzero(out.needs_crc[:count])[0].tolist():
-        p = int(out.positions[j])
-        _, length = fmt.PREFIX.unpack_from(view, p)
-        crc = batch_crc(view, p, fmt.LOG_OVERHEAD + length)
-        view[p + fmt.CRC_OFFSET : p + fmt.CRC_OFFSET + fmt.CRC_BYTES] = crc.to_bytes(fmt.CRC_BYTES, "big")
+    # The CRC-32C of every batch the kernel wrote, in one compiled call without the GIL.
+    stamp_v2_crcs(out.data, out.positions[:count][out.needs_crc[:count]])
     stats.batches_copied_verbatim += int(np.count_nonzero(action == ACTION_VERBATIM))
     stats.batches_rebuilt += int(np.count_nonzero(action == ACTION_REBUILD))
     stats.batches_emptied += int(np.count_nonzero(action == ACTION_EMPTY))

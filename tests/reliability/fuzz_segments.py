@@ -36,8 +36,8 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPOSITORY))
 
 _NUMBA_MODULES = [
-    "segments.codec._scan_kernels", "segments.codec._header_kernels", "segments.spark._arrow_kernels",
-    "segments.spark.partitioner", "cleaner._kernels",
+    "segments.codec._scan_kernels", "segments.codec._header_kernels", "segments.codec._crc_kernels",
+    "segments.spark._arrow_kernels", "segments.spark.partitioner", "cleaner._kernels",
 ]
 with atheris.instrument_imports(include=["segments", "cleaner"], exclude=_NUMBA_MODULES):
     from cleaner.oneshot import clean_partition
