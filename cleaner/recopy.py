@@ -178,24 +178,24 @@ def _producer_last_batches(result, ctx: RecopyContext) -> np.ndarray:
     """True for batches that hold their producer's last data offset (Kafka's isBatchLastRecordOfProducer)."""
     out = np.zeros(result.n_batches, dtype=bool)
     pids = result.producer_id
-    has_pid = np.nonzero((pids >= 0) & (result.magic == fmt.MAGIC_V2))[0]
-    if not len(has_pid):
+    has_pid = np.flatnonzero((pids >= 0) & (result.magic == fmt.MAGIC_V2))
+    table = ctx.survey.producer_table()
+    if not len(has_pid) or not len(table.producer_id):
         return out
-    control = result.is_control
-    for pid in np.unique(pids[has_pid]).tolist():
-        state = ctx.survey.producers.get(pid)
-        if state is None:
-            continue
-        # Kafka's isProducerExpired: expired once now - lastTimestamp >= producer.id.expiration.ms.
-        if ctx.now_ms - state.last_timestamp >= ctx.producer_expiration_ms and state.open_txn_first_offset < 0:
-            continue  # expired: its sequence state no longer needs to survive
-        idx = has_pid[pids[has_pid] == pid]
-        last = result.last_offset[idx]
-        if state.last_data_offset >= 0:
-            out[idx] = last == state.last_data_offset  # the batch holding its last data offset
-        else:
-            # No data batch at all: its latest marker (Kafka: the control batch of the current epoch).
-            out[idx] = control[idx] & (last == state.last_entry_offset)
+    wanted = pids[has_pid]
+    row = np.minimum(np.searchsorted(table.producer_id, wanted), len(table.producer_id) - 1)
+    known = table.producer_id[row] == wanted
+    # Kafka's isProducerExpired: expired once now - lastTimestamp >= producer.id.expiration.ms (no open transaction).
+    expired_before = min(max(ctx.now_ms - ctx.producer_expiration_ms, -(2**63)), 2**63 - 1)
+    expired = (table.last_timestamp[row] <= expired_before) & (table.open_txn_first_offset[row] < 0)
+    last = result.last_offset[has_pid]
+    last_data = table.last_data_offset[row]
+    # The batch holding its last data offset; with no data batch at all, its latest marker (Kafka: the
+    # control batch of the current epoch).
+    holds = np.where(
+        last_data >= 0, last == last_data, result.is_control[has_pid] & (last == table.last_entry_offset[row])
+    )
+    out[has_pid] = known & ~expired & holds
     return out
 
 
@@ -265,38 +265,31 @@ def _markers_discardable(result, ctx: RecopyContext, data_written: np.ndarray) -
     no data batch in this pass (`data_written`: the window's data batches written, records or an empty
     header), counted from the producer's previous marker across windows and groups in
     `ctx.txn_data_written`, which this advances; without it (a partial round), when the survey finds no data
-    batch of the transaction in the whole log. Other control records never.
+    batch of the transaction in the whole log. Other control records never. numpy per producer.
     """
-    n = result.n_batches
-    out = np.zeros(n, dtype=bool)
-    control = np.flatnonzero(result.is_control)
-    written_so_far = ctx.txn_data_written
+    out = result.is_control & (result.records_count == 0)
+    control = np.flatnonzero(result.is_control & (result.records_count != 0))
+    if not len(control) and ctx.txn_data_written is None:
+        return out
     pids = result.producer_id
-    by_pid: dict[int, np.ndarray] = {}  # producer -> indexes of its transactional batches written in this window
-    since: dict[int, int] = {}  # producer -> index of its last marker in this window
-    if written_so_far is not None:
-        txn_written = np.flatnonzero(data_written & result.is_transactional & (pids >= 0))
-        if len(txn_written):
-            for pid in np.unique(pids[txn_written]).tolist():
-                by_pid[pid] = txn_written[pids[txn_written] == pid]
-    for i in control.tolist():
-        pid, offset = int(pids[i]), int(result.base_offset[i])
-        if result.records_count[i] == 0:
-            out[i] = True
-        elif written_so_far is None:
-            out[i] = ctx.survey.marker_is_discardable(pid, offset)
-        elif ctx.survey.is_transaction_marker(pid, offset):
-            count = written_so_far.get(pid, 0)
-            if pid in by_pid:
-                mine = by_pid[pid]
-                count += int(np.count_nonzero((mine > since.get(pid, -1)) & (mine < i)))
-            out[i] = count == 0
-            written_so_far[pid] = 0
-            since[pid] = i
-    for pid, mine in by_pid.items():  # by_pid is filled only when written_so_far is counted
-        after = int(np.count_nonzero(mine > since.get(pid, -1)))
-        if after and written_so_far is not None:
-            written_so_far[pid] = written_so_far.get(pid, 0) + after
+    is_marker, discardable = ctx.survey.transaction_markers(pids[control], result.base_offset[control])
+    written_so_far = ctx.txn_data_written
+    if written_so_far is None:
+        out[control] = discardable
+        return out
+    markers = control[is_marker]
+    written = np.flatnonzero(data_written & result.is_transactional & (pids >= 0))
+    for pid in np.unique(np.concatenate((pids[markers], pids[written]))).tolist():
+        mine = written[pids[written] == pid]  # its transactional batches written in this window
+        ends = markers[pids[markers] == pid]
+        if not len(ends):
+            written_so_far[pid] = written_so_far.get(pid, 0) + len(mine)
+            continue
+        before = np.searchsorted(mine, ends)  # written before each of its markers
+        counts = np.diff(before, prepend=0)
+        counts[0] += written_so_far.get(pid, 0)
+        out[ends] = counts == 0
+        written_so_far[pid] = len(mine) - int(before[-1])  # the transaction the window leaves open
     return out
 
 

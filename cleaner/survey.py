@@ -13,11 +13,13 @@ decoded by the later phases: the index phase decodes the dirty section before an
 phase the clean section group by group.
 
 One pass over the headers (`segments.codec.scan` with `headers_only`, read and checked on a read-ahead thread,
-`segments.files.readahead`); control batches and legacy wrappers, which are rare, are decoded in full. This is the
-round's only CRC check: the index and recopy phases read the same inactive segments again, which the
-cleaner lock keeps unchanged, and do not check them twice. Memory is proportional to the number of
-transactions and producers, not to the log. It reads the active segment too (open transactions end there),
-without CRC checks, since its writer may be appending to it.
+`segments.files.readahead`); the records of control batches are decoded in full by a compiled kernel
+(`segments.codec.control`; the Python decoder only for a batch it leaves undecided, which reports a fault), legacy
+wrappers, which are rare, by a scan of their own. Producers and transactions are tracked with numpy per window
+and producer, never per batch. This is the round's only CRC check: the index and recopy phases read the same
+inactive segments again, which the cleaner lock keeps unchanged, and do not check them twice. Memory is
+proportional to the number of transactions and producers, not to the log. It reads the active segment too (open
+transactions end there); since its writer may be appending to it, only its control batches' CRCs are checked there.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,7 +39,10 @@ from segments.files.readahead import WindowRing, read_ahead
 from segments.partition.facts import LogFacts
 from segments.partition.log import PartitionLog
 
-__all__ = ["WINDOW_BYTES", "LogSurvey", "ProducerState", "SegmentSurvey", "Transaction", "survey_log"]
+__all__ = [
+    "WINDOW_BYTES", "LogSurvey", "ProducerState", "ProducerTable", "SegmentSurvey", "Transaction", "TransactionTable",
+    "survey_log",
+]
 
 WINDOW_BYTES = 8 * 1024 * 1024  # one window of a round's reads (survey, index and recopy alike)
 
@@ -69,6 +75,16 @@ class ProducerState:
     open_txn_data_batches: int = 0
 
 
+class ProducerTable(NamedTuple):
+    """`ProducerState`s as int64 columns, one row per producer, sorted by producer id."""
+
+    producer_id: np.ndarray
+    last_data_offset: np.ndarray
+    last_entry_offset: np.ndarray
+    last_timestamp: np.ndarray
+    open_txn_first_offset: np.ndarray
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentSurvey:
     base_offset: int
@@ -82,30 +98,50 @@ class SegmentSurvey:
     earliest_delete_horizon_ms: int = -1
 
 
+class TransactionTable(NamedTuple):
+    """`Transaction`s as int64 columns, one row per transaction: the closed ones in the order of their markers,
+    then the open ones (marker and control type -1)."""
+
+    producer_id: np.ndarray
+    first_offset: np.ndarray
+    marker_offset: np.ndarray
+    control_type: np.ndarray
+    data_batches: np.ndarray
+
+    def rows(self, index: np.ndarray) -> list[Transaction]:
+        """The transactions at `index` as objects."""
+        return list(map(Transaction, *(column[index].tolist() for column in self)))
+
+
 @dataclass
 class LogSurvey:
     """The survey's result; see the module docstring."""
 
     segments: list[SegmentSurvey]
     producers: dict[int, ProducerState]
-    transactions: list[Transaction]
+    transaction_table: TransactionTable
     bytes_read: int = 0
     # Per producer: sorted first offsets, marker offsets and kinds of its closed transactions.
     _by_producer: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _producer_table: ProducerTable | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        grouped: dict[int, list[Transaction]] = {}
-        for txn in self.transactions:
-            if txn.marker_offset >= 0:
-                grouped.setdefault(txn.producer_id, []).append(txn)
-        for pid, txns in grouped.items():
-            txns.sort(key=lambda t: t.first_offset)
+        table = self.transaction_table
+        closed = np.flatnonzero(table.marker_offset >= 0)
+        for pid in np.unique(table.producer_id[closed]).tolist():
+            rows = closed[table.producer_id[closed] == pid]
+            rows = rows[np.argsort(table.first_offset[rows], kind="stable")]
             self._by_producer[pid] = (
-                np.array([t.first_offset for t in txns], dtype=np.int64),
-                np.array([t.marker_offset for t in txns], dtype=np.int64),
-                np.array([t.aborted for t in txns], dtype=bool),
-                np.array([t.data_batches for t in txns], dtype=np.int64),
+                table.first_offset[rows],
+                table.marker_offset[rows],
+                table.control_type[rows] == fmt.CONTROL_TYPE_ABORT,
+                table.data_batches[rows],
             )
+
+    @property
+    def transactions(self) -> list[Transaction]:
+        """Every transaction, as `transaction_table` orders them (made on each call: for tools and tests)."""
+        return self.transaction_table.rows(np.arange(len(self.transaction_table.producer_id)))
 
     def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
         """The first offset of the earliest undecided transaction (Kafka's first unstable offset), or None.
@@ -115,7 +151,10 @@ class LogSurvey:
         """
         firsts = [p.open_txn_first_offset for p in self.producers.values() if p.open_txn_first_offset >= 0]
         if high_watermark is not None:
-            firsts += [t.first_offset for t in self.transactions if t.marker_offset >= high_watermark]
+            table = self.transaction_table
+            unreplicated = table.first_offset[table.marker_offset >= high_watermark]
+            if len(unreplicated):
+                firsts.append(int(unreplicated.min()))
         return min(firsts) if firsts else None
 
     def facts(self, high_watermark: int | None = None) -> LogFacts:
@@ -145,35 +184,44 @@ class LogSurvey:
             out[idx] = inside & aborted[np.maximum(j, 0)]
         return out
 
-    def marker_is_discardable(self, producer_id: int, marker_offset: int) -> bool:
-        """True if the COMMIT/ABORT marker at `marker_offset` ends a transaction with no data batch left.
+    def transaction_markers(self, producer_id: np.ndarray, marker_offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For control batches (producer ids, offsets): (is_marker, discardable), numpy per producer.
 
-        Control records of any other type (not transaction markers) are never discardable, as in Kafka.
+        is_marker: the batch at that offset is the COMMIT/ABORT marker of one of the producer's transactions
+        (other control records end none); discardable: it is, and its transaction has no data batch left.
         """
-        txns = self._by_producer.get(producer_id)
-        if txns is None:
-            return False
-        _, markers, _, data_batches = txns
-        j = int(np.searchsorted(markers, marker_offset))
-        if j < len(markers) and markers[j] == marker_offset:
-            return bool(data_batches[j] == 0)
-        return False
+        is_marker = np.zeros(len(producer_id), dtype=bool)
+        discardable = np.zeros(len(producer_id), dtype=bool)
+        for pid in np.unique(producer_id).tolist():
+            txns = self._by_producer.get(pid)
+            if txns is None:
+                continue
+            _, markers, _, data_batches = txns
+            idx = np.flatnonzero(producer_id == pid)
+            j = np.minimum(np.searchsorted(markers, marker_offset[idx]), len(markers) - 1)
+            found = markers[j] == marker_offset[idx]
+            is_marker[idx] = found
+            discardable[idx] = found & (data_batches[j] == 0)
+        return is_marker, discardable
 
-    def is_transaction_marker(self, producer_id: int, marker_offset: int) -> bool:
-        """True if the control batch at `marker_offset` is the COMMIT/ABORT marker of one of the producer's
-        transactions (other control records end none)."""
-        txns = self._by_producer.get(producer_id)
-        if txns is None:
-            return False
-        markers = txns[1]
-        j = int(np.searchsorted(markers, marker_offset))
-        return j < len(markers) and int(markers[j]) == marker_offset
+    def producer_table(self) -> ProducerTable:
+        """The producers' states as arrays sorted by producer id (made once, then cached)."""
+        if self._producer_table is None:
+            states = sorted(self.producers.values(), key=lambda p: p.producer_id)
+            self._producer_table = ProducerTable(
+                *(
+                    np.array([getattr(p, name) for p in states], dtype=np.int64)
+                    for name in ProducerTable._fields
+                )
+            )
+        return self._producer_table
 
     def aborted_transactions_ending_in(self, start: int, end: int) -> list[Transaction]:
         """Aborted transactions whose marker lies in [start, end), by marker offset (for `.txnindex`)."""
-        out = [t for t in self.transactions if t.aborted and start <= t.marker_offset < end]
-        out.sort(key=lambda t: t.marker_offset)
-        return out
+        table = self.transaction_table
+        markers = table.marker_offset
+        rows = np.flatnonzero((table.control_type == fmt.CONTROL_TYPE_ABORT) & (start <= markers) & (markers < end))
+        return table.rows(rows[np.argsort(markers[rows], kind="stable")])
 
 
 def _checked_windows(segments, ring: WindowRing, charge_io: Callable[[int], None] | None):
@@ -207,7 +255,7 @@ def survey_log(
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
     segments = log.segments
     producers: dict[int, ProducerState] = {}
-    transactions: list[Transaction] = []
+    ended: list[tuple[np.ndarray, ...]] = []  # per window: the transactions its markers end, as columns
     surveys: list[SegmentSurvey] = []
     bytes_read = 0
     sizes = [segment.size_bytes for segment in segments]
@@ -244,13 +292,12 @@ def survey_log(
             soonest = int(horizons.min())
             horizon_ms = soonest if horizon_ms < 0 else min(horizon_ms, soonest)
         next_offset = int(result.last_offset[-1]) + 1
-        _track_producers(result, window, producers, transactions, segment.paths.log)
-    for state in producers.values():
-        if state.open_txn_first_offset >= 0:
-            transactions.append(
-                Transaction(state.producer_id, state.open_txn_first_offset, -1, -1, state.open_txn_data_batches)
-            )
-    return LogSurvey(surveys, producers, transactions, bytes_read)
+        _track_producers(result, window, producers, ended, segment.paths.log, crc_checked=i < len(segments) - 1)
+    open_rows = [(s.producer_id, s.open_txn_first_offset, -1, -1, s.open_txn_data_batches)
+                 for s in producers.values() if s.open_txn_first_offset >= 0]
+    ended.append(tuple(np.array(open_rows, dtype=np.int64).reshape(-1, len(TransactionTable._fields)).T))
+    table = TransactionTable(*(np.concatenate(column) for column in zip(*ended)))
+    return LogSurvey(surveys, producers, table, bytes_read)
 
 
 def _check_offsets(result, segment, next_base: int, offset_floor: int) -> int:
@@ -303,48 +350,102 @@ def _check_legacy_wrappers(result, window, path) -> None:
             raise exc.located(path, 0) from None
 
 
-def _track_producers(result, window: bytes, producers: dict[int, ProducerState], transactions: list[Transaction], path) -> None:
-    """Advance each producer's state over the batches of one window, in offset order."""
+def _track_producers(result, window: bytes, producers: dict[int, ProducerState], ended: list[tuple[np.ndarray, ...]],
+                     path, *, crc_checked: bool) -> None:
+    """Advance each producer's state over the batches of one window, in offset order (numpy per producer), and
+    append the transactions its markers end to `ended` as `TransactionTable` columns, in the order of their
+    markers. `crc_checked`: the scan verified the window's CRCs."""
     pids = result.producer_id
-    relevant = np.nonzero(pids >= 0)[0]
+    relevant = np.flatnonzero(pids >= 0)
     if not len(relevant):
         return
     control = result.is_control
+    ends = _transaction_ends(result, window, relevant[control[relevant]], path, crc_checked)
     transactional = result.is_transactional
-    for i in relevant.tolist():
-        pid = int(pids[i])
+    last_offset = result.last_offset
+    base_offset = result.base_offset
+    order = np.argsort(pids[relevant], kind="stable")
+    by_producer = relevant[order]  # grouped by producer id, in offset order within each
+    bounds = np.flatnonzero(np.diff(pids[by_producer])) + 1
+    starts = np.concatenate(([0], bounds))
+    stops = np.concatenate((bounds, [len(by_producer)]))
+    first_seen = np.argsort(by_producer[starts], kind="stable")  # new producers enter `producers` in log order
+    found: list[tuple[np.ndarray, ...]] = []
+    for g in first_seen.tolist():
+        idx = by_producer[starts[g] : stops[g]]
+        pid = int(pids[idx[0]])
         state = producers.get(pid)
         if state is None:
             state = producers[pid] = ProducerState(pid)
-        last_offset = int(result.last_offset[i])
-        state.last_entry_offset = last_offset
-        state.last_entry_is_control = bool(control[i])
-        state.last_timestamp = max(state.last_timestamp, int(result.max_timestamp[i]))
-        if not control[i]:
-            state.last_data_offset = last_offset
-            if transactional[i]:
+        last = last_offset[idx]
+        is_control = control[idx]
+        state.last_entry_offset = int(last[-1])
+        state.last_entry_is_control = bool(is_control[-1])
+        state.last_timestamp = max(state.last_timestamp, int(result.max_timestamp[idx].max()))
+        data = np.flatnonzero(~is_control)
+        if len(data):
+            state.last_data_offset = int(last[data[-1]])
+        txn_data = np.flatnonzero(~is_control & transactional[idx])  # positions in idx
+        markers = np.flatnonzero(ends[idx] >= 0)
+        if not len(markers):
+            if len(txn_data):
                 if state.open_txn_first_offset < 0:
-                    state.open_txn_first_offset = int(result.base_offset[i])
+                    state.open_txn_first_offset = int(base_offset[idx[txn_data[0]]])
                     state.open_txn_data_batches = 0
-                state.open_txn_data_batches += 1
+                state.open_txn_data_batches += len(txn_data)
             continue
-        if result.records_count[i] == 0:
-            continue  # an empty control batch (a cleaned marker): it ends nothing
-        position = int(result.batch_position[i])
-        local = position - result.base_position
-        try:
-            batch = decode_batch(window, local)
-        except CorruptRecordError as exc:  # positions relative to the window: place them in the file
-            raise exc.located(path, result.base_position) from None
-        try:
-            _, control_type = decode_control_key(batch.records[0].key)
-        except CorruptRecordError as exc:
-            raise CorruptRecordError(exc.reason, position=position, path=path) from None
-        if control_type not in (fmt.CONTROL_TYPE_ABORT, fmt.CONTROL_TYPE_COMMIT):
-            continue  # KRaft and other control records do not end transactions
-        first = state.open_txn_first_offset
-        transactions.append(
-            Transaction(pid, first if first >= 0 else last_offset, last_offset, control_type, state.open_txn_data_batches)
+        # Transaction k: its data batches lie between marker k-1 (or the window's start) and marker k.
+        before = np.searchsorted(txn_data, markers)  # data batches before each marker
+        after_previous = np.concatenate(([0], before[:-1]))
+        counts = before - after_previous
+        firsts = np.where(
+            counts > 0, base_offset[idx[txn_data[np.minimum(after_previous, len(txn_data) - 1)]]] if len(txn_data) else 0,
+            last[markers],
         )
-        state.open_txn_first_offset = -1
-        state.open_txn_data_batches = 0
+        counts[0] += state.open_txn_data_batches
+        if state.open_txn_first_offset >= 0:
+            firsts[0] = state.open_txn_first_offset
+        marker_batches = idx[markers]
+        found.append((marker_batches, np.full(len(markers), pid), firsts, last[markers], ends[marker_batches], counts))
+        rest = len(txn_data) - int(before[-1])
+        state.open_txn_first_offset = int(base_offset[idx[txn_data[before[-1]]]]) if rest else -1
+        state.open_txn_data_batches = rest
+    if found:
+        columns = [np.concatenate(c) for c in zip(*found)]
+        in_order = np.argsort(columns[0], kind="stable")
+        ended.append(tuple(c[in_order].astype(np.int64) for c in columns[1:]))
+
+
+def _transaction_ends(result, window: bytes, batches: np.ndarray, path, crc_checked: bool) -> np.ndarray:
+    """Per batch of the window: the control type of the COMMIT/ABORT markers among the control `batches`, -1
+    elsewhere (an empty control batch, a cleaned marker, and control records of other types end nothing).
+
+    The types come from `segments.codec.control`; a batch it leaves undecided is decoded here in Python, which
+    raises `CorruptRecordError` (file, byte) for the first malformed one.
+    """
+    ends = np.full(result.n_batches, -1, dtype=np.int64)
+    batches = batches[result.records_count[batches] != 0]
+    if not len(batches):
+        return ends
+    from segments.codec.control import control_types
+
+    types, decided = control_types(result, batches, crc_checked=crc_checked)
+    for j in np.flatnonzero(~decided).tolist():
+        types[j] = _decode_control_type(result, window, int(batches[j]), path)
+    markers = (types == fmt.CONTROL_TYPE_ABORT) | (types == fmt.CONTROL_TYPE_COMMIT)
+    ends[batches[markers]] = types[markers]
+    return ends
+
+
+def _decode_control_type(result, window: bytes, i: int, path) -> int:
+    """The type of control batch i's first record, decoded in full by the Python decoder (CRC included)."""
+    position = int(result.batch_position[i])
+    try:
+        batch = decode_batch(window, position - result.base_position)
+    except CorruptRecordError as exc:  # positions relative to the window: place them in the file
+        raise exc.located(path, result.base_position) from None
+    try:
+        _, control_type = decode_control_key(batch.records[0].key)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(exc.reason, position=position, path=path) from None
+    return control_type

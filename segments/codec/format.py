@@ -122,8 +122,15 @@ TIMESTAMP_LOG_APPEND_TIME = 1
 VARINT_BYTES_MAX = 5
 VARLONG_BYTES_MAX = 10
 
+# records (section 1.5): varint length, int8 attributes, varlong timestampDelta, varint offsetDelta, varint key
+# length, key, varint value length, value, varint header count, headers
+RECORD_ATTRIBUTES_BYTES = 1
+
 # control records (section 1.7): key = int16 version, int16 type; marker value = int16 version, int32 epoch
 CONTROL_KEY = struct.Struct(">hh")
+(CONTROL_KEY_VERSION_OFFSET, CONTROL_KEY_VERSION_BYTES), (CONTROL_KEY_TYPE_OFFSET, CONTROL_KEY_TYPE_BYTES) = (
+    field_layout(CONTROL_KEY)
+)  # offsets within the key
 END_TXN_MARKER_VALUE = struct.Struct(">hi")
 CONTROL_TYPE_ABORT = 0
 CONTROL_TYPE_COMMIT = 1

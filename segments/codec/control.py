@@ -1,0 +1,59 @@
+"""Control batches in bulk: the type of each one's control record (docs/format.md section 1.7) from a scan.
+
+A reader of transactions needs, for every control batch, the type its first record's key holds (COMMIT,
+ABORT or another one), and the guarantee that the batch decodes. `control_types` reads both for many batches
+of one `segments.codec.scan.ScanResult` (a header-only scan is enough) with one compiled kernel
+(`_control_kernels`), no Python per batch: it decides a batch only where `records.decode_batch` and
+`records.decode_control_key` would accept it, and leaves every other one (compressed, with record headers,
+malformed, or a CRC it has to check and that fails) to the caller, who decodes it with those functions and so
+reports a fault as they do. Pure: no I/O. numba is imported at the first call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import format as fmt
+from .records import batch_crc
+
+__all__ = ["control_types"]
+
+
+def control_types(result, batches: np.ndarray, *, crc_checked: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(types, decided) for `batches`, indices of v2 control batches with records in `result`'s batch arrays.
+
+    types[j] (int64) is the int16 type of the first control record of batch `batches[j]` where decided[j];
+    decided[j] is False where the caller must decode the batch itself (see the module docstring). Without
+    `crc_checked` (the scan did not verify CRCs) a batch is decided only once its CRC-32C matches.
+    """
+    # numba is imported only when a round reads control batches: start-up of the CLI stays fast
+    from ._control_kernels import control_types as kernel
+
+    batches = np.asarray(batches, dtype=np.int64)
+    types = np.zeros(len(batches), dtype=np.int64)
+    decided = np.zeros(len(batches), dtype=np.bool_)
+    plain = np.flatnonzero(
+        ((result.attributes[batches] & fmt.COMPRESSION_MASK) == fmt.COMPRESSION_NONE)
+        & ~result.records_in_arena[batches]
+    )
+    if not len(plain):
+        return types, decided
+    rows = batches[plain]
+    start = result.records_pos[rows]
+    plain_types = np.zeros(len(rows), dtype=np.int64)
+    plain_decided = np.zeros(len(rows), dtype=np.bool_)
+    kernel(
+        result.buffer, start, start + result.records_bytes[rows], result.records_count[rows].astype(np.int64),
+        result.last_offset[rows] - result.base_offset[rows], plain_types, plain_decided,
+    )
+    if not crc_checked:
+        buffer = result.buffer
+        positions = result.batch_buffer_pos[rows].tolist()
+        sizes = result.batch_size[rows].tolist()
+        stored = result.crc[rows].tolist()
+        plain_decided &= np.array(
+            [batch_crc(buffer, p, s) == c for p, s, c in zip(positions, sizes, stored)], dtype=np.bool_
+        )
+    types[plain] = plain_types
+    decided[plain] = plain_decided
+    return types, decided
