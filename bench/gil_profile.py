@@ -133,8 +133,10 @@ STEPS = (
      lambda name, file, cat: name == "LogSegment.append_batches" or file.startswith("segments/files/index.py")),
     ("transactions: producer states, control batches decoded in Python, markers",
      lambda name, file, cat: name in ("_track_producers", "_markers_discardable", "clean_group.<locals>.<genexpr>",
-                                      "_txn_entries", "_producer_last_batches")
-     or name.startswith("LogSurvey.") or file.startswith(("segments/codec/records.py", "segments/codec/varint.py"))),
+                                      "_txn_entries", "_producer_last_batches", "_transaction_ends",
+                                      "_decode_control_type", "TransactionTable.rows")
+     or name.startswith("LogSurvey.") or file.startswith(("segments/codec/records.py", "segments/codec/varint.py",
+                                                          "segments/codec/control.py"))),
     ("_window_output: its loop over batches the kernel hands back (recopy)", lambda name, file, cat: name == "_window_output"),
     ("files: swap, rename, remove, fsync", lambda name, file, cat: file.startswith("segments/files/fileio.py")
      or name.startswith("PartitionLog.") or name in ("segment_paths", "offset_file_name", "LogSegment.change_suffix",
