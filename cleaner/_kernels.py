@@ -1,7 +1,7 @@
 """Compiled per-record loops of a cleaning round (numba, cached on disk).
 
 Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), and the recopy
-phase's `assemble_batches` (verbatim copies, empty headers and uncompressed v2 rebuilds of one window),
+phase's `assemble_batches` (verbatim copies, empty headers, uncompressed and lz4 v2 rebuilds of one window),
 `copy_records` and `rebase_records` (copying kept v2 records into a new records region, rewriting each
 record's timestamp delta when a rebuilt batch gets a new base timestamp: the first kept record's, or the delete
 horizon). Every other field of a record is copied byte for byte. Inputs are trusted: they come from a scan
@@ -19,6 +19,7 @@ import numpy as np
 
 from segments.codec import format as fmt
 from segments.codec._header_kernels import write_v2_header
+from segments.codec._lz4_kernels import compress_frame, frame_bound
 
 __all__ = ["assemble_batches", "copy_records", "mark_offsets", "offsets_marked", "rebase_records"]
 
@@ -126,15 +127,18 @@ def assemble_batches(
     src, arena, start, action, batch_pos, batch_size, magic, attributes, base_offset, last_offset, base_ts,
     max_ts, horizon, pid, epoch, seq, ple, in_arena, record_start, needs_horizon, new_horizon,
     keep, record_pos, record_size, timestamp, out, out_pos, out_batch_pos, out_batch_last, out_batch_max_ts,
-    out_needs_crc, n_out,
+    out_needs_crc, n_out, scratch, prefs, lz4_ok,
 ):
     """Write the output of batches `start..` of a window into `out` from `out_pos`, by action.
 
-    Verbatim batches are copied; empty ones become the 61-byte header; uncompressed v2 rebuilds get a new
-    header (CRC left 0 and flagged in `out_needs_crc`) and their kept records (raw, or with re-based
-    timestamp deltas when the base timestamp changes). Stops at the first batch it cannot build itself
-    (a compressed or legacy rebuild) and returns (that batch's index or len(action), out_pos, n_out).
-    `out` must hold the worst case: the window's bytes + 61 per batch + 10 per record.
+    Verbatim batches are copied; empty ones become the 61-byte header; v2 rebuilds get a new header (CRC left
+    0 and flagged in `out_needs_crc`) and their kept records (raw, or with re-based timestamp deltas when the
+    base timestamp changes); with `lz4_ok` an lz4 batch's records are gathered in `scratch` and written as the
+    lz4 frame `compression.compress` writes (`prefs`: `_lz4_kernels.kafka_preferences()`). Stops at the first
+    batch it cannot build itself (another codec, lz4 without `lz4_ok`, legacy) or has no room for, and returns
+    (that batch's index or len(action), out_pos, n_out, room): room is 0 for a batch to build elsewhere, else
+    the bytes it needs at out_pos. `out` must hold the window's bytes + 61 per batch + 10 per record, `scratch`
+    the records of any lz4 rebuild + 10 per record.
     """
     n = len(action)
     for i in range(start, n):
@@ -163,8 +167,9 @@ def assemble_batches(
             n_out += 1
             out_pos += fmt.RECORD_BATCH_OVERHEAD
             continue
-        if magic[i] != fmt.MAGIC_V2 or (attributes[i] & fmt.COMPRESSION_MASK) != 0:
-            return i, out_pos, n_out
+        codec = attributes[i] & fmt.COMPRESSION_MASK
+        if magic[i] != fmt.MAGIC_V2 or (codec != fmt.COMPRESSION_NONE and not (lz4_ok and codec == fmt.COMPRESSION_LZ4)):
+            return i, out_pos, n_out, 0
         attrs = attributes[i]
         log_append_time = (attrs & fmt.TIMESTAMP_TYPE_MASK) != 0
         first = -1
@@ -186,7 +191,12 @@ def assemble_batches(
             base = timestamp[first]
         new_max = max_ts[i] if log_append_time else largest
         hp = out_pos
-        o = hp + fmt.RECORD_BATCH_OVERHEAD
+        if codec == fmt.COMPRESSION_NONE:
+            dst = out
+            o = hp + fmt.RECORD_BATCH_OVERHEAD
+        else:
+            dst = scratch
+            o = 0
         buf = arena if in_arena[i] else src
         raw = (not log_append_time) and base == base_ts[i]
         for r in range(record_start[i], record_start[i + 1]):
@@ -195,7 +205,7 @@ def assemble_batches(
             p = record_pos[r]
             end = p + record_size[r]
             if raw:
-                out[o : o + record_size[r]] = buf[p:end]
+                dst[o : o + record_size[r]] = buf[p:end]
                 o += record_size[r]
                 continue
             _, body = _read_varint(buf, p)
@@ -203,11 +213,19 @@ def assemble_batches(
             _, after_ts = _read_varint(buf, body + 1)
             rest = end - after_ts
             delta = timestamp[r] - base
-            o = _write_varint(out, o, 1 + _varint_size(delta) + rest)
-            out[o] = attributes_byte
-            o = _write_varint(out, o + 1, delta)
-            out[o : o + rest] = buf[after_ts:end]
+            o = _write_varint(dst, o, 1 + _varint_size(delta) + rest)
+            dst[o] = attributes_byte
+            o = _write_varint(dst, o + 1, delta)
+            dst[o : o + rest] = buf[after_ts:end]
             o += rest
+        if codec != fmt.COMPRESSION_NONE:
+            room = fmt.RECORD_BATCH_OVERHEAD + frame_bound(o, prefs)
+            if hp + room > out.size:
+                return i, out_pos, n_out, room
+            written = compress_frame(scratch, 0, o, out, hp + fmt.RECORD_BATCH_OVERHEAD, prefs)
+            if written < 0:
+                return i, out_pos, n_out, 0
+            o = hp + fmt.RECORD_BATCH_OVERHEAD + written
         write_v2_header(out, hp, base_offset[i], o - hp - fmt.LOG_OVERHEAD, ple[i], attrs,
                         last_offset[i] - base_offset[i], base, new_max, pid[i], epoch[i], seq[i], count)
         out_batch_pos[n_out] = hp
@@ -216,4 +234,4 @@ def assemble_batches(
         out_needs_crc[n_out] = True
         n_out += 1
         out_pos = o
-    return n, out_pos, n_out
+    return n, out_pos, n_out, 0

@@ -158,6 +158,8 @@ class _OutputBuffer:
         self.last_offsets = np.empty(0, dtype=np.int64)
         self.max_timestamps = np.empty(0, dtype=np.int64)
         self.needs_crc = np.empty(0, dtype=np.bool_)
+        self.scratch = np.empty(0, dtype=np.uint8)  # the records of one lz4 batch rebuilt by the kernel
+        self.lz4_preferences: np.ndarray | None = None  # the frame settings the kernel compresses with
 
     def reserve(self, data_bytes: int, batches: int) -> None:
         """Room for `data_bytes` and `batches`, keeping what is already written."""
@@ -385,11 +387,13 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stat
                    clear_horizon: np.ndarray | None = None):
     """Write the window's output batches into `out`; returns (bytes written, batches written).
 
-    The compiled `assemble_batches` does verbatim copies, empty headers and uncompressed v2 rebuilds; it
-    hands back the batches it cannot build (compressed v2, legacy), which are built here one by one.
+    The compiled `assemble_batches` does verbatim copies, empty headers, uncompressed v2 rebuilds and, when
+    liblz4 is bound (`segments.codec._lz4_kernels.ENABLED`), lz4 v2 rebuilds; it hands back the batches it
+    cannot build (other codecs, legacy), which are built here one by one.
     Rebuilt batches marked in `clear_horizon` are written without their delete horizon.
     """
     # numba (the round's kernels) is imported only when a round recopies: start-up of the CLI stays fast
+    from segments.codec import _lz4_kernels as lz4k
     from segments.codec._crc_kernels import stamp_v2_crcs
 
     from ._kernels import assemble_batches
@@ -404,19 +408,32 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stat
     if clear_horizon is not None and clear_horizon.any():
         attributes[clear_horizon] &= ~fmt.DELETE_HORIZON_FLAG
         horizons = np.where(clear_horizon, fmt.NO_TIMESTAMP, horizons)
+    lz4_ok = lz4k.ENABLED
+    if out.lz4_preferences is None:
+        out.lz4_preferences = lz4k.kafka_preferences()
+    if lz4_ok:
+        lz4_rebuilds = np.flatnonzero((action == ACTION_REBUILD) & (result.magic == fmt.MAGIC_V2)
+                                      & ((result.attributes & fmt.COMPRESSION_MASK) == fmt.COMPRESSION_LZ4))
+        if len(lz4_rebuilds):
+            records = result.records_bytes[lz4_rebuilds] + 10 * result.records_count[lz4_rebuilds].astype(np.int64)
+            if len(out.scratch) < int(records.max()):
+                out.scratch = np.empty(max(int(records.max()), 2 * len(out.scratch)), dtype=np.uint8)
     i, pos, count = 0, 0, 0
     while True:
-        i, pos, count = assemble_batches(
+        i, pos, count, room = assemble_batches(
             result.buffer, result.arena, i, action, batch_local, result.batch_size, result.magic,
             attributes, result.base_offset, result.last_offset, result.base_timestamp,
             result.max_timestamp, horizons, result.producer_id, result.producer_epoch.astype(np.int64),
             result.base_sequence.astype(np.int64), result.partition_leader_epoch.astype(np.int64),
             result.records_in_arena, result.record_start, needs_horizon, ctx.now_ms + ctx.delete_retention_ms,
             keep_u8, result.record_pos, result.record_size, result.timestamp, out.data, pos, out.positions,
-            out.last_offsets, out.max_timestamps, out.needs_crc, count,
+            out.last_offsets, out.max_timestamps, out.needs_crc, count, out.scratch, out.lz4_preferences, lz4_ok,
         )
         if i >= n:
             break
+        if room:  # an lz4 rebuild's frame may need more than the worst case of its input
+            out.reserve(pos + room + (worst - pos), n)
+            continue
         records = np.arange(result.record_start[i], result.record_start[i + 1])
         records = records[keep[records]]
         if result.magic[i] == fmt.MAGIC_V2:

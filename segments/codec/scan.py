@@ -551,14 +551,53 @@ def _crc_error(row: np.ndarray, buf: np.ndarray, base_position: int) -> CorruptR
 def _decompress_all(buf, hdr, limit, failure, base_position, decompressed_bytes_max, arena_bytes_max):
     """Decompress the records of every compressed batch before `limit` into one arena.
 
-    Returns (arena, compressed_pos, limit, limit_reached); rows of moved batches now index the arena.
+    Returns (arena, compressed_pos, limit, limit_reached); rows of moved batches now index the arena. The lz4
+    frames of v2 batches are decoded by one compiled call for the window (`_lz4_kernels.decode_frames`, the GIL
+    released) when liblz4 could be bound; every other stream batch by batch by `compression.decompress`.
     """
+    from . import _lz4_kernels as lz4k  # binds liblz4; scan.py is imported only where numba is
+
     magic = hdr[:limit, k.COL_MAGIC]
     codec = hdr[:limit, k.COL_ATTRIBUTES] & fmt.COMPRESSION_MASK
     compressed = np.flatnonzero(codec != fmt.COMPRESSION_NONE)
     if not len(compressed):
         return _EMPTY_U8, None, limit, False
     compressed_pos = hdr[:, k.COL_RECORDS_POS].copy()
+    if lz4k.ENABLED and np.any((codec[compressed] == fmt.COMPRESSION_LZ4) & (magic[compressed] == fmt.MAGIC_V2)):
+        arena, moved, limit, limit_reached = _decompress_with_kernel(
+            buf, hdr, compressed, limit, failure, base_position, decompressed_bytes_max, arena_bytes_max
+        )
+    else:
+        arena, moved, limit, limit_reached = _decompress_each(
+            buf, hdr, compressed, limit, failure, base_position, decompressed_bytes_max, arena_bytes_max
+        )
+    # A v2 batch's count is checked against its bytes before the record arrays are sized by it.
+    rows = hdr[moved]
+    too_many = np.flatnonzero(
+        (rows[:, k.COL_MAGIC] == fmt.MAGIC_V2)
+        & (rows[:, k.COL_RECORDS_COUNT] * k.RECORD_BYTES_MIN > rows[:, k.COL_RECORDS_BYTES])
+    )
+    if len(too_many):
+        i = int(moved[int(too_many[0])])
+        count, size = int(hdr[i, k.COL_RECORDS_COUNT]), int(hdr[i, k.COL_RECORDS_BYTES])
+        failure.set(
+            i,
+            CorruptRecordError(
+                f"records count {count} cannot fit the {size} decompressed bytes of the batch at byte "
+                f"{base_position + int(hdr[i, k.COL_POSITION])} (a record takes at least "
+                f"{k.RECORD_BYTES_MIN} bytes)",
+                position=base_position + int(hdr[i, k.COL_POSITION]) + fmt.RECORDS_COUNT_OFFSET,
+            ),
+        )
+        limit = min(limit, i)
+    return arena, compressed_pos, limit, limit_reached
+
+
+def _decompress_each(buf, hdr, compressed, limit, failure, base_position, decompressed_bytes_max, arena_bytes_max):
+    """`_decompress_all` batch by batch through `compression.decompress`; returns (arena, moved rows, limit,
+    limit_reached)."""
+    codec = hdr[:, k.COL_ATTRIBUTES] & fmt.COMPRESSION_MASK
+    magic = hdr[:, k.COL_MAGIC]
     view = memoryview(buf)
     parts: list[bytes] = []
     moved: list[int] = []
@@ -593,26 +632,81 @@ def _decompress_all(buf, hdr, limit, failure, base_position, decompressed_bytes_
     hdr[rows_moved, k.COL_RECORDS_POS] = np.cumsum(sizes) - sizes
     hdr[rows_moved, k.COL_RECORDS_BYTES] = sizes
     hdr[rows_moved, k.COL_IN_ARENA] = 1
-    # A v2 batch's count is checked against its bytes before the record arrays are sized by it.
-    rows = hdr[moved]
-    too_many = np.flatnonzero(
-        (rows[:, k.COL_MAGIC] == fmt.MAGIC_V2)
-        & (rows[:, k.COL_RECORDS_COUNT] * k.RECORD_BYTES_MIN > rows[:, k.COL_RECORDS_BYTES])
-    )
-    if len(too_many):
-        i = moved[int(too_many[0])]
-        count, size = int(hdr[i, k.COL_RECORDS_COUNT]), int(hdr[i, k.COL_RECORDS_BYTES])
-        failure.set(
-            i,
-            CorruptRecordError(
-                f"records count {count} cannot fit the {size} decompressed bytes of the batch at byte "
-                f"{base_position + int(hdr[i, k.COL_POSITION])} (a record takes at least "
-                f"{k.RECORD_BYTES_MIN} bytes)",
-                position=base_position + int(hdr[i, k.COL_POSITION]) + fmt.RECORDS_COUNT_OFFSET,
-            ),
-        )
-        limit = min(limit, i)
-    return arena, compressed_pos, limit, limit_reached
+    return arena, rows_moved, limit, limit_reached
+
+
+# The arena of a window with lz4 frames starts at this many times their compressed bytes (grown when short;
+# pages never written are never touched).
+_LZ4_ARENA_RATIO = 4
+_LZ4_ARENA_BYTES_MIN = 64 * 1024
+
+
+def _decompress_with_kernel(buf, hdr, compressed, limit, failure, base_position, decompressed_bytes_max,
+                            arena_bytes_max):
+    """`_decompress_all` with the lz4 v2 frames decoded by `_lz4_kernels.decode_frames`, one call per run of
+    them (one per window when every compressed batch is lz4 v2), the others by `compression.decompress`, in
+    batch order into one arena with the same limits and errors; returns (arena, moved rows, limit,
+    limit_reached)."""
+    from . import _lz4_kernels as lz4k
+
+    rows = compressed.astype(np.int64)
+    estimate = _LZ4_ARENA_RATIO * int(hdr[rows, k.COL_RECORDS_BYTES].sum()) + _LZ4_ARENA_BYTES_MIN
+    arena = np.empty(min(estimate, max(arena_bytes_max, _LZ4_ARENA_BYTES_MIN)), dtype=np.uint8)
+    state, work, scratch = lz4k.new_state(decompressed_bytes_max, arena_bytes_max)
+    limit_reached = False
+    j = 0
+    while j < len(rows):
+        j = int(lz4k.decode_frames(buf, hdr, rows, j, arena, state, work, scratch))
+        status = int(state[lz4k.S_STATUS])
+        if status == lz4k.DONE:
+            break
+        i = int(rows[j])
+        used = int(state[lz4k.S_USED])
+        if status == lz4k.GROW:
+            arena = _grown(arena, used, int(state[lz4k.S_DETAIL]))
+            continue
+        if status == lz4k.ARENA_LIMIT:
+            failure.drop_from(i)
+            limit, limit_reached = i, True
+            break
+        if status != lz4k.OTHER:
+            failure.set(i, lz4k.frame_error(state, base_position + int(hdr[i, k.COL_RECORDS_POS])))
+            limit = i
+            break
+        pos = int(hdr[i, k.COL_RECORDS_POS])
+        try:
+            out = decompress(
+                int(hdr[i, k.COL_ATTRIBUTES] & fmt.COMPRESSION_MASK),
+                memoryview(buf)[pos : pos + int(hdr[i, k.COL_RECORDS_BYTES])],
+                position=base_position + pos,
+                magic=int(hdr[i, k.COL_MAGIC]),
+                decompressed_bytes_max=decompressed_bytes_max,
+            )
+        except CorruptRecordError as exc:
+            failure.set(i, exc)
+            limit = i
+            break
+        if used + len(out) > arena_bytes_max and i > 0:
+            failure.drop_from(i)
+            limit, limit_reached = i, True
+            break
+        if used + len(out) > len(arena):
+            arena = _grown(arena, used, used + len(out))
+        arena[used : used + len(out)] = np.frombuffer(out, dtype=np.uint8)
+        hdr[i, k.COL_RECORDS_POS] = used
+        hdr[i, k.COL_RECORDS_BYTES] = len(out)
+        hdr[i, k.COL_IN_ARENA] = 1
+        state[lz4k.S_USED] = used + len(out)
+        j += 1
+    used = int(state[lz4k.S_USED])
+    return (arena[:used] if used else _EMPTY_U8), rows[:j], limit, limit_reached
+
+
+def _grown(arena: np.ndarray, used: int, needed: int) -> np.ndarray:
+    """A larger arena holding `arena[:used]`, with room for at least `needed` bytes."""
+    grown = np.empty(max(needed, 2 * len(arena)), dtype=np.uint8)
+    grown[:used] = arena[:used]
+    return grown
 
 
 def _count_inner(arena, hdr, limit, failure, info, compressed_pos) -> int:
