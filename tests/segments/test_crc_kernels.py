@@ -79,6 +79,16 @@ def test_random_buffers_up_to_1_mib(variant):
         assert _crcs(buf, starts, ends) == _reference(buf, starts, ends)
 
 
+def test_lengths_around_the_interleaved_blocks(variant):
+    """The SSE4.2 variant sums blocks of 3 lanes (`_LANES`) and then a tail: lengths at and around each block."""
+    buf = np.random.default_rng(13).integers(0, 256, 8 * 3 * max(ck._LANES) + 64, dtype=np.uint8)
+    lengths = sorted({n + d for lane in ck._LANES for m in (1, 2, 3, 5) for n in (3 * lane * m,) for d in (-9, -1, 0, 1, 8, 9)}
+                     | {3 * ck._LANES[0] + 3 * ck._LANES[1] + 7})
+    starts = [a for a in (0, 3) for _ in lengths]
+    ends = [a + n for a in (0, 3) for n in lengths]
+    assert _crcs(buf, starts, ends) == _reference(buf, starts, ends)
+
+
 def test_ranges_outside_the_buffer_raise(variant):
     buf = np.zeros(16, dtype=np.uint8)
     for start, end in ((0, 17), (-1, 4), (5, 4)):
