@@ -15,7 +15,7 @@ Usage (the tree before a change in a worktree, e.g. `git worktree add /tmp/base 
 
     .venv/bin/python bench/identity.py --code /tmp/base --out /tmp/before.json
     .venv/bin/python bench/identity.py --out /tmp/after.json
-    .venv/bin/python bench/identity.py --compare /tmp/before.json /tmp/after.json
+    .venv/bin/python bench/identity.py --compare /tmp/before.json /tmp/after.json [--ignore bytes_read]
 """
 
 from __future__ import annotations
@@ -112,8 +112,16 @@ def _cli_clean(part: Path, dedupe: int, policy: bool = False) -> dict:
     return {"rc": proc.returncode, "rounds": facts, "files": _digests(part)}
 
 
-def _compare(a: Path, b: Path) -> int:
-    left, right = json.loads(a.read_text()), json.loads(b.read_text())
+def _drop(manifest: dict, keys: set[str]) -> dict:
+    for case in manifest.values():
+        for facts in case.get("rounds", []):
+            for key in keys:
+                facts.pop(key, None)
+    return manifest
+
+
+def _compare(a: Path, b: Path, ignore: set[str]) -> int:
+    left, right = _drop(json.loads(a.read_text()), ignore), _drop(json.loads(b.read_text()), ignore)
     differ = 0
     for case in sorted(set(left) | set(right)):
         if left.get(case) != right.get(case):
@@ -135,9 +143,11 @@ def main() -> int:
     parser.add_argument("--data-dir", type=Path, default=ROOT / "bench" / "data" / "identity")
     parser.add_argument("--scale", type=float, default=0.05)
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    parser.add_argument("--ignore", default="", help="round counters left out of --compare, comma-separated "
+                        "(for a change that alters a counter on purpose, e.g. bytes_read; files are always compared)")
     args = parser.parse_args()
     if args.compare:
-        return _compare(*args.compare)
+        return _compare(*args.compare, {k for k in args.ignore.split(",") if k})
     if not args.out:
         parser.error("--out is needed (or --compare)")
     if args.code and args.code.resolve() != ROOT:

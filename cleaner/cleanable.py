@@ -128,8 +128,20 @@ def cleanable_range(
         firsts = [s.first_batch_timestamp for s, after in zip(segments, segments[1:])
                   if after.base_offset > first_dirty and s.base_offset < first_uncleanable and s.first_batch_timestamp > 0]
         if firsts:
-            delay = max(0, now_ms - topic.max_compaction_lag_ms - min(firsts))
+            overdue_at = topic.max_compaction_lag_ms + min(firsts)
+            delay = max(0, now_ms - overdue_at)
+            changes.append(now_ms + 1 if delay else overdue_at + 1)  # overdue, the delay grows with the clock
+    kept_horizon = facts.earliest_delete_horizon_ms(log_start_offset, first_uncleanable)
+    if kept_horizon > now_ms:
+        changes.append(kept_horizon)
     return CleanableRange(
         log_start_offset, first_dirty, first_uncleanable, clean_bytes, cleanable_bytes, reset, bound, delay,
-        facts.earliest_delete_horizon_ms(log_start_offset, first_uncleanable),
+        kept_horizon, min(changes, default=-1),
     )
+
+
+def segment_floor(bases: list[int], offset: int, log_start_offset: int) -> int:
+    """The base of the segment holding `offset` (`bases` ascending), or the log start below the first: a
+    cleanable range ends at a segment's base, the segment holding its bound staying uncleanable."""
+    i = bisect.bisect_right(bases, offset) - 1
+    return bases[i] if i >= 0 else log_start_offset

@@ -16,6 +16,9 @@ section's offsets (one bit an offset; at most one byte per key the map admits, u
 a dirty section with gaps so wide that its offsets outrun that is covered from its start and the rest is
 looked up in the map as before). CRCs are not checked again here: the survey checked every batch of the
 inactive segments this round, and the cleaner lock keeps them unchanged since.
+
+When the section's bounds can be foreseen before the survey, the survey's own pass fills the map
+(`IndexAhead`, the same rules through `_MapFiller`) and the section is read once, not twice.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from segments.partition.log import PartitionLog
 
 from .survey import WINDOW_BYTES, LogSurvey
 
-__all__ = ["IndexResult", "SupersededOffsets", "build_offset_map"]
+__all__ = ["IndexAhead", "IndexResult", "SupersededOffsets", "build_offset_map"]
+
+_NONE = np.empty(0, dtype=np.int64)  # no record selected
 
 
 class SupersededOffsets:
@@ -95,6 +100,61 @@ def _hashes_in_order(result, records: np.ndarray, seed: int) -> tuple[np.ndarray
     return h1, h2
 
 
+def _window_keys(result, aborted: np.ndarray | None, first_dirty: int, first_uncleanable: int, seed: int):
+    """(records to index, their h1, h2) of one scanned window: every keyed record in [first_dirty,
+    first_uncleanable) of a batch that is not a control batch nor `aborted` (None: no batch is)."""
+    eligible = ~result.is_control if aborted is None else ~result.is_control & ~aborted
+    offsets = result.offset
+    selected = np.nonzero(
+        eligible[result.batch_index] & (offsets >= first_dirty) & (offsets < first_uncleanable) & (result.key_len >= 0)
+    )[0]
+    h1, h2 = _hashes_in_order(result, selected, seed) if len(selected) else (None, None)
+    return selected, h1, h2
+
+
+class _MapFiller:
+    """Inserting a dirty section's windows into the map, in offset order: the rules of `build_offset_map`
+    whichever pass reads the windows (the index phase's own, or the survey's, `IndexAhead`)."""
+
+    def __init__(self, offset_map: OffsetMap, first_dirty: int, first_uncleanable: int) -> None:
+        self.map = offset_map
+        self.first_dirty = first_dirty
+        self.first_uncleanable = first_uncleanable
+        self.superseded = SupersededOffsets(
+            first_dirty, min(first_uncleanable - first_dirty, 8 * offset_map.active_capacity))
+        self.records_indexed = self.records_read = self.bytes_read = 0
+        self.map_full = False
+
+    def window(self, result, selected: np.ndarray, h1, h2) -> bool:
+        """Insert one window's selected records; True when the map filled (indexing stops there)."""
+        self.records_read += result.n_records
+        if len(selected):
+            previous = np.empty(len(selected), dtype=np.int64)
+            consumed = self.map.insert_hashes(h1, h2, result.offset[selected], previous=previous)
+            self.superseded.mark(previous[:consumed])
+            self.records_indexed += consumed
+            if consumed < len(selected):
+                self.map_full = True
+                return True
+        last = int(result.last_offset[-1])
+        if last >= self.first_dirty and last >= self.map.latest_offset:
+            self.map.advance_latest_offset(min(last, self.first_uncleanable - 1))
+        return False
+
+    def segment_done(self, next_base: int) -> None:
+        """A segment is indexed whole: skip the offset gap up to `next_base`, the next segment's base or
+        `first_uncleanable` (KAFKA-8764)."""
+        gap_end = min(next_base, self.first_uncleanable) - 1
+        if gap_end >= max(self.map.latest_offset, self.first_dirty):
+            self.map.advance_latest_offset(gap_end)
+
+    def result(self, elapsed_s: float) -> IndexResult:
+        latest = self.map.latest_offset
+        end = latest + 1 if latest >= self.first_dirty else self.first_dirty
+        return IndexResult(end, self.records_indexed, self.records_read, self.bytes_read, self.map_full, elapsed_s,
+                           self.superseded)
+
+
 def _hashed_windows(segments, survey: LogSurvey, first_dirty: int, first_uncleanable: int, seed: int, ring: WindowRing,
                     charge_io: Callable[[int], None] | None = None):
     """(k, scan result, records to index, their h1, h2) per window of the dirty section, then (k, None, ...)
@@ -109,14 +169,7 @@ def _hashed_windows(segments, survey: LogSurvey, first_dirty: int, first_unclean
             before_read=charge_io,
         ):
             aborted = survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional)
-            eligible = ~result.is_control & ~aborted
-            offsets = result.offset
-            selected = np.nonzero(
-                eligible[result.batch_index] & (offsets >= first_dirty) & (offsets < first_uncleanable)
-                & (result.key_len >= 0)
-            )[0]
-            h1, h2 = _hashes_in_order(result, selected, seed) if len(selected) else (None, None)
-            yield k, result, selected, h1, h2
+            yield (k, result, *_window_keys(result, aborted, first_dirty, first_uncleanable, seed))
         yield k, None, None, None, None
 
 
@@ -140,38 +193,82 @@ def build_offset_map(
     `CorruptRecordError` naming the file and position.
     """
     started = time.monotonic()
-    records_indexed = records_read = bytes_read = 0
-    map_full = False
-    superseded = SupersededOffsets(first_dirty, min(first_uncleanable - first_dirty, 8 * offset_map.active_capacity))
+    filler = _MapFiller(offset_map, first_dirty, first_uncleanable)
     next_offsets = {s.base_offset: s.next_offset for s in survey.segments}  # from the headers, not the indexes
     segments = [s for s in log.segments if s.base_offset < first_uncleanable and next_offsets[s.base_offset] > first_dirty]
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
     windows = _hashed_windows(segments, survey, first_dirty, first_uncleanable, offset_map.seed, ring, charge_io)
     for k, result, selected, h1, h2 in read_ahead(windows, name="index-read-ahead"):
         if result is None:
-            # Segment k is indexed whole: skip the offset gap up to the next segment (KAFKA-8764).
-            next_base = segments[k + 1].base_offset if k + 1 < len(segments) else first_uncleanable
-            gap_end = min(next_base, first_uncleanable) - 1
-            if gap_end >= max(offset_map.latest_offset, first_dirty):
-                offset_map.advance_latest_offset(gap_end)
+            filler.segment_done(segments[k + 1].base_offset if k + 1 < len(segments) else first_uncleanable)
             continue
         check_abort()
-        pos = result.start_position
-        bytes_read += result.end_position - pos
-        on_bytes(result.end_position - pos, "read")
-        records_read += result.n_records
-        if len(selected):
-            previous = np.empty(len(selected), dtype=np.int64)
-            consumed = offset_map.insert_hashes(h1, h2, result.offset[selected], previous=previous)
-            superseded.mark(previous[:consumed])
-            records_indexed += consumed
-            if consumed < len(selected):
-                map_full = True
-                break
-        last = int(result.last_offset[-1])
-        if last >= first_dirty and last >= offset_map.latest_offset:
-            offset_map.advance_latest_offset(min(last, first_uncleanable - 1))
-    end = offset_map.latest_offset + 1 if offset_map.latest_offset >= first_dirty else first_dirty
-    return IndexResult(
-        end, records_indexed, records_read, bytes_read, map_full, time.monotonic() - started, superseded
-    )
+        filler.bytes_read += result.end_position - result.start_position
+        on_bytes(result.end_position - result.start_position, "read")
+        if filler.window(result, selected, h1, h2):
+            break
+    return filler.result(time.monotonic() - started)
+
+
+class IndexAhead:
+    """The index phase done inside the survey's pass, so that the dirty section is read once instead of twice.
+
+    Used when the dirty section's bounds are known before the survey: from the cleaner checkpoint (or the log
+    start) to the active segment or the high watermark, whichever is lower. The survey scans the records of
+    the segments overlapping it (not only their headers), hashes on its read-ahead thread and fills the map on
+    the round's thread with the index phase's own rules (`_MapFiller`): the same records in the same order,
+    so the same map. It is abandoned at the first transactional batch in the section (whether a transaction
+    was aborted is known only once the survey has seen its marker), and `result` returns None unless the
+    survey's cleanable range is exactly the one assumed; the round then runs `build_offset_map` as before.
+    The read-ahead thread only reads this object's flags; the round's thread sets them.
+    """
+
+    def __init__(self, offset_map: OffsetMap, segments, first_dirty: int, end: int) -> None:
+        self.first_dirty = first_dirty
+        self.end = end
+        self._bases = [s.base_offset for s in segments]
+        self._filler = _MapFiller(offset_map, first_dirty, end)
+        self._seed = offset_map.seed
+        self.alive = True  # False once abandoned: the index phase runs after the survey
+        self._stopped = False  # the map filled: later windows are surveyed by their headers only
+        self._indexing: set[int] = set()  # segments whose records the read-ahead thread scans
+
+    def scans_records(self, i: int) -> bool:
+        """(read-ahead thread) Whether segment i's records are scanned: it overlaps the section, which is
+        still being indexed."""
+        if not self.alive or self._stopped:
+            return False
+        base = self._bases[i]
+        following = self._bases[i + 1] if i + 1 < len(self._bases) else None
+        wanted = base < self.end and (following is None or following > self.first_dirty)
+        if wanted:
+            self._indexing.add(i)
+        return wanted
+
+    def keys(self, result):
+        """(read-ahead thread) The records to index in a window of a segment whose records were scanned."""
+        return _window_keys(result, None, self.first_dirty, self.end, self._seed)
+
+    def take(self, i: int, result, keys) -> None:
+        """(round's thread) One surveyed window of segment i, with `keys` if its records were scanned."""
+        if not self.alive or self._stopped:
+            return
+        in_section = (result.last_offset >= self.first_dirty) & (result.base_offset < self.end)
+        if in_section.any() and (keys is None or (in_section & result.is_transactional).any()):
+            self.alive = False  # a transaction's outcome is not known yet, or the records were not scanned
+            return
+        if i in self._indexing:  # a window the index phase reads: the same effect on the map
+            self._stopped = self._filler.window(result, *(keys if keys is not None else (_NONE, None, None)))
+
+    def segment_done(self, i: int, next_offset: int) -> None:
+        """(round's thread) Segment i is surveyed whole; `next_offset` is the offset after its last batch."""
+        if not self.alive or self._stopped or i not in self._indexing or next_offset <= self.first_dirty:
+            return
+        self._filler.segment_done(self._bases[i + 1] if i + 1 < len(self._bases) else self.end)
+
+    def result(self, first_dirty: int, first_uncleanable: int, map_from: int) -> IndexResult | None:
+        """The index built in the survey, if the round's section is the one assumed; else None. Its time is
+        the survey's (`elapsed_s` 0: the phases of a round stay disjoint)."""
+        if not self.alive or (first_dirty, first_uncleanable, map_from) != (self.first_dirty, self.end, self.first_dirty):
+            return None
+        return self._filler.result(0.0)

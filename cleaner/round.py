@@ -39,10 +39,10 @@ from segments.files.readahead import WindowRing
 from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
 from segments.partition.log import PartitionLog
 
-from .cleanable import CleanableRange, cleanable_range
+from .cleanable import CleanableRange, cleanable_range, segment_floor
 from .errors import CleanerError
 from .generations import GenerationPlan, load_starts, plan_round, save_starts
-from .indexing import build_offset_map
+from .indexing import IndexAhead, build_offset_map
 from .recopy import RecopyContext, RecopyStats, clean_group, group_segments
 from .safety import check_group
 from .settings import TopicSettings
@@ -168,11 +168,15 @@ def clean_round(
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
     log_.refresh(force=True)
     size_before = log_.size_bytes
-    survey = survey_log(log_, ring, charge_io=charge_io, on_bytes=on_bytes)
-    survey_s = time.monotonic() - started
-    faults.hit("round.after_survey")
     checkpoint = log_.read_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT)
     high_watermark = log_.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT)
+    map_seed = random.getrandbits(32) if seed is None else seed
+    ahead = None
+    if forced_from is None and forced_to is None:
+        ahead = _index_ahead(log_, topic, offset_map, map_seed, checkpoint, high_watermark)
+    survey = survey_log(log_, ring, charge_io=charge_io, on_bytes=on_bytes, index_ahead=ahead)
+    survey_s = time.monotonic() - started
+    faults.hit("round.after_survey")
     facts = survey.facts(high_watermark)
     rng = cleanable_range(
         facts,
@@ -199,12 +203,14 @@ def clean_round(
     generations = _plan_generations(log_, survey, topic, rng, offset_map, force_recopy) if forced_from is None else None
     map_from = generations.map_from if generations is not None else rng.first_dirty
     recopy_from = generations.recopy_from if generations is not None else rng.log_start_offset
-    # The indexed section's offset span bounds its keys: a small section probes (and touches) a small table.
-    offset_map.reset(random.getrandbits(32) if seed is None else seed, expected_keys=rng.first_uncleanable - map_from)
-    index = build_offset_map(
-        log_, survey, offset_map, map_from, rng.first_uncleanable, check_abort=check_abort, on_bytes=on_bytes,
-        ring=ring, charge_io=charge_io,
-    )
+    index = ahead.result(rng.first_dirty, rng.first_uncleanable, map_from) if ahead is not None else None
+    if index is None:  # not indexed in the survey's pass: the index phase reads the section again
+        # The indexed section's offset span bounds its keys: a small section probes (and touches) a small table.
+        offset_map.reset(map_seed, expected_keys=rng.first_uncleanable - map_from)
+        index = build_offset_map(
+            log_, survey, offset_map, map_from, rng.first_uncleanable, check_abort=check_abort, on_bytes=on_bytes,
+            ring=ring, charge_io=charge_io,
+        )
     faults.hit("round.after_index")
     segments = log_.segments
     clean_section = [s for s in segments if s.base_offset < rng.first_dirty]
@@ -273,6 +279,24 @@ def clean_round(
     if result.invalid_records:
         log.warning("found %d invalid (unkeyed) records in %s-%d", result.invalid_records, log_.topic, log_.partition)
     return result
+
+
+def _index_ahead(log_: PartitionLog, topic: TopicSettings, offset_map: OffsetMap, seed: int, checkpoint: int | None,
+                 high_watermark: int | None) -> IndexAhead | None:
+    """The map filled in the survey's pass (`IndexAhead`), with the map reset for it, when the dirty section's
+    bounds can be foreseen from the checkpoint, the active segment and the high watermark: not for a
+    generational round (it may index below the first dirty offset) nor with `min.compaction.lag.ms` (its
+    bound needs the survey's timestamps)."""
+    segments = log_.segments
+    if topic.cleaner_mode == "generational" or topic.min_compaction_lag_ms > 0 or len(segments) < 2:
+        return None
+    first_dirty = log_.log_start_offset if checkpoint is None or checkpoint < log_.log_start_offset else checkpoint
+    limit = segments[-1].base_offset if high_watermark is None else min(segments[-1].base_offset, high_watermark)
+    end = segment_floor([s.base_offset for s in segments], limit, log_.log_start_offset)
+    if end <= first_dirty:
+        return None
+    offset_map.reset(seed, expected_keys=end - first_dirty)
+    return IndexAhead(offset_map, segments, first_dirty, end)
 
 
 def _plan_generations(log_: PartitionLog, survey, topic: TopicSettings, rng: CleanableRange,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from segments.files.facts import SegmentFacts
 from segments.files.readahead import WindowRing, read_ahead
 from segments.partition.facts import LogFacts
 from segments.partition.log import PartitionLog
+
+if TYPE_CHECKING:  # the index phase imports this module
+    from .indexing import IndexAhead
 
 __all__ = [
     "WINDOW_BYTES", "LogSurvey", "ProducerState", "ProducerTable", "SegmentSurvey", "Transaction", "TransactionTable",
@@ -224,18 +227,20 @@ class LogSurvey:
         return table.rows(rows[np.argsort(markers[rows], kind="stable")])
 
 
-def _checked_windows(segments, ring: WindowRing, charge_io: Callable[[int], None] | None):
-    """(segment index, window, header scan) per window, then (index, None, None) at each segment's end; runs
-    on the read-ahead thread (which charges each read to `charge_io` before it). CRCs are checked except in
-    the active segment (the last)."""
+def _checked_windows(segments, ring: WindowRing, charge_io: Callable[[int], None] | None, ahead: IndexAhead | None):
+    """(segment index, window, header scan, keys) per window, then (index, None, None, None) at each segment's
+    end; runs on the read-ahead thread (which charges each read to `charge_io` before it). CRCs are checked
+    except in the active segment (the last). The segments `ahead` indexes are scanned with their records, and
+    `keys` are the window's records to index with their hashes (None elsewhere)."""
     for i, segment in enumerate(segments):
         active = i == len(segments) - 1
+        records = ahead is not None and not active and ahead.scans_records(i)
         for window, result in segment.scan_windows(
-            window_bytes=ring.window_bytes, verify_crc=not active, headers_only=True, stop_at_invalid=active,
+            window_bytes=ring.window_bytes, verify_crc=not active, headers_only=not records, stop_at_invalid=active,
             ring=ring, before_read=charge_io,
         ):
-            yield i, window, result
-        yield i, None, None
+            yield i, window, result, (ahead.keys(result) if records and ahead is not None else None)
+        yield i, None, None, None
 
 
 def survey_log(
@@ -244,11 +249,13 @@ def survey_log(
     *,
     charge_io: Callable[[int], None] | None = None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
+    index_ahead: IndexAhead | None = None,
 ) -> LogSurvey:
     """Survey every segment of `log` (a cleaner- or reader-mode log) in offset order.
 
     `ring` holds the read buffers (a new two-set ring if None). `charge_io(n)` is called before each read of
-    n bytes (the I/O throttle; it may raise to abort), `on_bytes(n, "read")` after each window. Raises
+    n bytes (the I/O throttle; it may raise to abort), `on_bytes(n, "read")` after each window. With
+    `index_ahead`, the same pass fills the round's offset map (`cleaner.indexing.IndexAhead`). Raises
     `CorruptRecordError` (file, position) for an invalid batch in an inactive segment, or an incomplete
     batch at the end of one.
     """
@@ -262,7 +269,8 @@ def survey_log(
     largest_ts = first_ts = horizon_ms = -1
     next_offset = segments[0].base_offset if segments else 0
     offset_floor = 0  # the lowest offset the next batch of an inactive segment may start at
-    for i, window, result in read_ahead(_checked_windows(segments, ring, charge_io), name="survey-read-ahead"):
+    windows = _checked_windows(segments, ring, charge_io, index_ahead)
+    for i, window, result, keys in read_ahead(windows, name="survey-read-ahead"):
         segment = segments[i]
         if result is not None and i < len(segments) - 1:
             offset_floor = _check_offsets(result, segment, segments[i + 1].base_offset, offset_floor)
@@ -279,6 +287,8 @@ def survey_log(
                     earliest_delete_horizon_ms=horizon_ms,
                 )
             )
+            if index_ahead is not None:
+                index_ahead.segment_done(i, next_offset)
             largest_ts = first_ts = horizon_ms = -1
             next_offset = segments[i + 1].base_offset if i + 1 < len(segments) else 0
             continue
@@ -293,6 +303,8 @@ def survey_log(
             horizon_ms = soonest if horizon_ms < 0 else min(horizon_ms, soonest)
         next_offset = int(result.last_offset[-1]) + 1
         _track_producers(result, window, producers, ended, segment.paths.log, crc_checked=i < len(segments) - 1)
+        if index_ahead is not None:
+            index_ahead.take(i, result, keys)
     open_rows = [(s.producer_id, s.open_txn_first_offset, -1, -1, s.open_txn_data_batches)
                  for s in producers.values() if s.open_txn_first_offset >= 0]
     ended.append(tuple(np.array(open_rows, dtype=np.int64).reshape(-1, len(TransactionTable._fields)).T))
