@@ -8,7 +8,9 @@ ranks logs (clean bytes: the segments below the first dirty offset; cleanable by
 [first dirty, first uncleanable); ratio = cleanable / (clean + cleanable)), and how overdue the log is by
 `max.compaction.lag.ms`; and the soonest delete horizon (KIP-534) kept in the segments a round recopies
 ([log start, first uncleanable)): once it has passed, a pass over the log removes what it keeps (a tombstone,
-a marker), dirty or not. One function, `cleanable_range`, for the daemon's selection (`cleaner.manager`,
+a marker), dirty or not; and `changes_at_ms`, the first time at which the same facts give another range or
+delay (the clock is the one input that moves by itself), so a caller keeping ranges in memory knows when to
+work one out again. One function, `cleanable_range`, for the daemon's selection (`cleaner.manager`,
 from the facts `segments.partition.facts` reads cheaply) and for every round (`cleaner.round`, from its
 survey's facts), so that a log is selected only for what a round may clean. Pure arithmetic over
 `LogFacts`; no I/O.
@@ -42,6 +44,8 @@ class CleanableRange:
     compaction_delay_ms: int = 0  # how long past max.compaction.lag.ms its oldest cleanable dirty batch is (0: not)
     # The soonest delete horizon kept in the segments a round recopies, [log start, first uncleanable) (-1: none)
     kept_delete_horizon_ms: int = -1
+    # The first time at which the same facts and checkpoint give another range, delay or due horizon (-1: never)
+    changes_at_ms: int = -1
 
     def horizon_passed(self, now_ms: int) -> bool:
         """True when a kept tombstone's or marker's delete horizon has passed: a horizon pass is due."""
@@ -93,6 +97,7 @@ def cleanable_range(
         first_dirty = checkpoint
     first_dirty = max(first_dirty, log_start_offset)
     bounds: list[tuple[int, str]] = []
+    changes: list[int] = []  # times at which the clock alone changes the outcome
     if segments:
         bounds.append((segments[-1].base_offset, "active segment"))
     if high_watermark is not None:
@@ -110,6 +115,7 @@ def cleanable_range(
             largest = seg.largest_timestamp if seg.largest_timestamp >= 0 else seg.last_modified_ms
             if largest > horizon:
                 bounds.append((seg.base_offset, "min.compaction.lag.ms"))
+                changes.append(largest + topic.min_compaction_lag_ms)  # it leaves the lag then
                 break
     limit, bound = min(bounds) if bounds else (log_end, "log end")
     bases = [s.base_offset for s in segments]
