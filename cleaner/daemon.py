@@ -223,6 +223,7 @@ class Daemon:
             self.log_dirs, self.loaded.settings, clock_ms=self.clock_ms,
             uncleanable_retry_ms=self.server["uncleanable_retry_ms"],
             disk_full_retry_ms=self.server["disk_full_retry_ms"],
+            probe_interval_ms=cleaner.backoff_ms,  # files are probed as often as Kafka's idle cleaner looks again
         )
         # One budget per device for every thread; a thread waiting for it wakes at once when the pool stops,
         # so a shutdown never waits out a long sleep.
@@ -397,6 +398,7 @@ class Daemon:
         self.manager.reconfigure(loaded.settings, log_dirs)
         self.manager.uncleanable_retry_ms = server["uncleanable_retry_ms"]
         self.manager.disk_full_retry_ms = server["disk_full_retry_ms"]
+        self.manager.probe_interval_ms = cleaner.backoff_ms
         self.throttles.set_rate(cleaner.io_max_bytes_per_second)
         self.pool.resize(cleaner.threads)
         if server["listen"] != self.server["listen"]:

@@ -24,6 +24,16 @@ later pass can act on (`cleaner.recopy`). A kept horizon that had already passed
 round of this run was selected is passed over: that round kept it (a batch no pass removes, e.g. a marker
 another cleaner stamped while its transaction keeps data), so no log is selected again and again for it.
 
+Selection over many partitions (docs/design.md, "Many partitions"): each partition's estimate and eligibility
+are kept in memory, with the eligible logs in a heap per device, and a pass works out again only the
+partitions something says changed: an outcome of this daemon (a round, an abort, a failure, retention, a
+pause, a trigger), a probe of its directory and active segment that differs (`FactsCache.unchanged`; each
+partition is probed at most once per `probe_interval_ms`, at most `PROBES_PER_PASS` of them per pass while there
+is work, all the due ones before a thread goes idle), the clock reaching the time at which its range changes by
+itself (`CleanableRange.changes_at_ms`, a retry or backoff time), a log-dir checkpoint that someone else
+rewrote, new settings or metadata. The checkpoints are read once per pass, and parsed again only when their
+bytes changed (`segments.partition.checkpoint`).
+
 It never cleans and never reads or writes segment or index bytes itself: it lists and stats partition
 directories, reads the log dir's checkpoint files, and asks `segments.partition.facts` about the rest; the
 pool's threads clean (see `cleaner.pool`).
@@ -31,12 +41,15 @@ pool's threads clean (see `cleaner.pool`).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
+import heapq
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,15 +61,15 @@ from segments.partition.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
-    read_offset_checkpoint,
+    cached_offset_checkpoint,
 )
-from segments.partition.facts import FactsCache
+from segments.partition.facts import RACY_NS, FactsCache
 from segments.partition.locks import log_dir_owner
 from segments.partition.log import parse_partition_dir_name, update_log_dir_checkpoint
 from segments.tools.kraft import METADATA_PARTITION
 
 from . import survivorship
-from .cleanable import cleanable_range, horizon_passed
+from .cleanable import CleanableRange, cleanable_range, horizon_passed
 from .errors import CleanerError
 from .policy import (
     NEVER_TOUCHED_TOPICS,
@@ -67,7 +80,7 @@ from .policy import (
     resolve_policy,
     unknown_policy_hint,
 )
-from .retention import RetentionResult
+from .retention import RetentionResult, may_delete_below_log_start
 from .round import RoundResult
 from .settings import Settings, TopicSettings
 
@@ -78,6 +91,8 @@ log = logging.getLogger(__name__)
 UNCLEANABLE_RETRY_MS_DEFAULT = 60 * 60 * 1000
 UNCLEANABLE_RETRY_MS_MAX = 24 * 60 * 60 * 1000
 DISK_FULL_RETRY_MS_DEFAULT = 60_000  # a round that ran out of space is retried after this, doubling per failure
+PROBES_PER_PASS = 256  # partitions probed by a pass that has work to hand out (~1 ms)
+_SELECTION_CHECKPOINTS = (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
 
 
 class PartitionState(enum.Enum):
@@ -213,16 +228,18 @@ def _metadata_signature(log_dir: Path, settings: Settings) -> tuple:
 
 
 class _CheckpointReads:
-    """The log dirs' checkpoint files as read during one selection pass: each file once, not once per partition."""
+    """The log dirs' checkpoint files as read during one selection pass: each file once, not once per partition
+    (and parsed again only when its bytes changed: `cached_offset_checkpoint`)."""
 
     def __init__(self) -> None:
-        self._read: dict[tuple[Path, str], dict[tuple[str, int], int]] = {}
+        self._read: dict[tuple[Path, str], tuple] = {}
 
-    def read(self, log_dir: Path, name: str) -> dict[tuple[str, int], int]:
-        entries = self._read.get((log_dir, name))
-        if entries is None:
-            entries = self._read[(log_dir, name)] = read_offset_checkpoint(log_dir / name)
-        return entries
+    def read(self, log_dir: Path, name: str):
+        """`(entries, version, foreign version)` of `name` in `log_dir` (see `cached_offset_checkpoint`)."""
+        found = self._read.get((log_dir, name))
+        if found is None:
+            found = self._read[(log_dir, name)] = cached_offset_checkpoint(log_dir / name)
+        return found
 
 
 class CleanerManager:
@@ -236,8 +253,12 @@ class CleanerManager:
         clock_ms: Callable[[], int],
         uncleanable_retry_ms: int = UNCLEANABLE_RETRY_MS_DEFAULT,
         disk_full_retry_ms: int = DISK_FULL_RETRY_MS_DEFAULT,
+        probe_interval_ms: int = 0,
     ) -> None:
+        """`probe_interval_ms`: how long a partition's probe holds (see the module docstring); the daemon's is
+        `log.cleaner.backoff.ms`, 0 probes every partition at every pass."""
         self._lock = threading.Condition()
+        self.probe_interval_ms = probe_interval_ms
         self.disk_full_retry_ms = disk_full_retry_ms
         self.log_dirs = [Path(d) for d in log_dirs]
         self.settings = settings
@@ -251,9 +272,26 @@ class CleanerManager:
         self._settings_generation = 0  # bumped by reconfigure: every view is built again
         self.ignored: dict[Path, str] = {}  # log dir entries passed over by discovery, and why
         self.last_selection_ms: int | None = None
-        self.max_dirty_percent = 0.0
-        self.max_compaction_delay_ms = 0
         self._facts = FactsCache()  # each segment file's facts, read once while it does not change
+        # Selection state (see the module docstring); the containers are changed under self._lock.
+        self._select_lock = threading.Lock()  # one selection pass at a time
+        self._stale: set[Path] = set()  # to be worked out again at the next pass
+        self._rechecks: list[tuple[int, str, Path]] = []  # heap of (clock ms, name, directory): stale then
+        self._recheck_at: dict[Path, int] = {}
+        # (time.monotonic() of its last probe, directory), oldest probe first
+        self._probe_order: collections.deque[tuple[float, Path]] = collections.deque()
+        self._eligible: dict[Path, tuple[int, Candidate]] = {}  # directory -> (its heap entry's number, candidate)
+        self._heaps: dict[int, list[tuple[tuple, str, int, Path]]] = {}  # device -> heap of (rank, name, number, dir)
+        self._entries = 0
+        self._devices: dict[Path, int] = {}  # log dir -> st_dev
+        self._foreign: dict[tuple[Path, str], int] = {}  # checkpoint -> its foreign version at the last pass
+        self._topics: dict[tuple[str, Path | None], TopicSettings] = {}  # topic_settings, until settings change
+        self._last_now: int | None = None
+        self._last_pick: Path | None = None
+        self._listed: dict[Path, tuple] = {}  # discovery: what each log dir's listing was made from
+        self._found: dict[Path, dict[Path, tuple[Path, str, int]]] = {}  # ... and the partitions it found
+        self._ignored_by_dir: dict[Path, dict[Path, str]] = {}
+        self._online_last: list[Path] | None = None  # the log dirs the last discovery listed
 
     # ---- discovery ----------------------------------------------------------------------------------
 
@@ -264,39 +302,41 @@ class CleanerManager:
         `-future`, `-stray` directories and `lost+found`, quietly; symbolic links (never followed) and
         directories whose names are not `<topic>-<partition>` (`segments.files.pathcheck`) with a warning,
         logged once while the entry stays, and an entry in `ignored` (shown by `/status`).
+
+        A log dir whose directory (inode, mtime) is as at its last listing, that listing not racy
+        (`segments.partition.facts.RACY_NS`), under the same settings and cluster view, is not listed again.
         """
-        found: dict[Path, tuple[Path, str, int]] = {}
-        ignored: dict[Path, str] = {}
         self._check_owners()
+        changed = False
+        online: list[Path] = []
         for log_dir in self.log_dirs:
             if log_dir in self.offline_log_dirs:
                 continue
             self._refresh_view(log_dir)
             try:
+                st = os.stat(log_dir)
+                key = (self._settings_generation, self._view_keys.get(log_dir), st.st_ino, st.st_mtime_ns)
+                if self._listed.get(log_dir) == key and log_dir in self._found:
+                    online.append(log_dir)
+                    continue
+                listed_ns = time.time_ns()
                 with os.scandir(log_dir) as listing:
                     entries = sorted(listing, key=lambda e: e.name)
             except OSError as exc:
                 self.mark_log_dir_offline(log_dir, f"cannot list: {exc}")
                 continue
-            for entry in entries:
-                child = log_dir / entry.name
-                try:
-                    if entry.is_symlink():
-                        ignored[child] = "is a symbolic link; logcleaner does not follow links inside a log dir"
-                        continue
-                    if not entry.is_dir(follow_symlinks=False):
-                        continue
-                except OSError:
-                    continue  # gone since the listing
-                parsed = parse_partition_dir_name(entry.name)
-                if parsed is None:
-                    if not pathcheck.is_known_non_partition_dir(entry.name):
-                        problem = pathcheck.partition_dir_name_problem(entry.name)
-                        ignored[child] = f"not a partition directory (<topic>-<partition>): {problem}"
-                    continue
-                if parsed[0] in NEVER_TOUCHED_TOPICS:
-                    continue
-                found[child] = (log_dir, parsed[0], parsed[1])
+            online.append(log_dir)
+            changed = True
+            self._found[log_dir], self._ignored_by_dir[log_dir] = self._list_log_dir(log_dir, entries)
+            self._listed[log_dir] = key if listed_ns - st.st_mtime_ns >= RACY_NS else ()  # racy: list it again
+        if not changed and online == self._online_last:
+            return
+        self._online_last = online
+        found: dict[Path, tuple[Path, str, int]] = {}
+        ignored: dict[Path, str] = {}
+        for log_dir in online:
+            found.update(self._found[log_dir])
+            ignored.update(self._ignored_by_dir[log_dir])
         with self._lock:
             for path, reason in ignored.items():
                 if self.ignored.get(path) != reason:
@@ -309,10 +349,14 @@ class CleanerManager:
                     log.info("partition removed dir=%s", directory)
                     del self.partitions[directory]
                     self._facts.forget(directory)
+                    self._withdraw(directory)
+                    self._recheck_at.pop(directory, None)
             for directory, (log_dir, topic, partition) in found.items():
                 if directory not in self.partitions:
                     log.info("partition discovered dir=%s", directory)
                     self.partitions[directory] = PartitionStatus(directory, log_dir, topic, partition)
+                    self._probe_order.append((time.monotonic(), directory))
+                    self._stale.add(directory)
                 status = self.partitions[directory]
                 view = self.views.get(log_dir)
                 policy = resolve_policy(topic, view) if view is not None else TopicPolicy(
@@ -321,7 +365,36 @@ class CleanerManager:
                     hint = "" if policy.never else f"; decide it with {unknown_policy_hint(topic, daemon=True)}"
                     log.warning("partition left as it is dir=%s %s%s", pathcheck.display_path(directory),
                                 policy.describe(), hint)
+                if policy != status.policy:
+                    self._stale.add(directory)
                 status.policy = policy
+
+    @staticmethod
+    def _list_log_dir(log_dir: Path, entries: list[os.DirEntry]) -> tuple[dict[Path, tuple[Path, str, int]],
+                                                                          dict[Path, str]]:
+        """The partition directories among a log dir's entries, and the entries passed over with a warning."""
+        found: dict[Path, tuple[Path, str, int]] = {}
+        ignored: dict[Path, str] = {}
+        for entry in entries:
+            child = log_dir / entry.name
+            try:
+                if entry.is_symlink():
+                    ignored[child] = "is a symbolic link; logcleaner does not follow links inside a log dir"
+                    continue
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+            except OSError:
+                continue  # gone since the listing
+            parsed = parse_partition_dir_name(entry.name)
+            if parsed is None:
+                if not pathcheck.is_known_non_partition_dir(entry.name):
+                    problem = pathcheck.partition_dir_name_problem(entry.name)
+                    ignored[child] = f"not a partition directory (<topic>-<partition>): {problem}"
+                continue
+            if parsed[0] in NEVER_TOUCHED_TOPICS:
+                continue
+            found[child] = (log_dir, parsed[0], parsed[1])
+        return found, ignored
 
     def _check_owners(self) -> None:
         """Take log dirs a running Kafka broker owns offline, and bring them back once it has gone."""
@@ -336,6 +409,7 @@ class CleanerManager:
                     log.info("log dir back online: no Kafka broker holds its .lock any more dir=%s", log_dir)
                     self.owned_log_dirs.discard(log_dir)
                     self.offline_log_dirs.pop(log_dir, None)
+                    self._invalidate_log_dir(log_dir)
 
     def broker_owns(self, log_dir: Path, error: BaseException) -> None:
         """A round found `log_dir`'s .lock held by a broker: offline until discovery sees it free."""
@@ -360,6 +434,9 @@ class CleanerManager:
             log.info("cluster view dir=%s %s", log_dir, view.describe())
             self.views[log_dir] = view
         self._view_keys[log_dir] = key
+        with self._lock:
+            self._topics.clear()
+            self._invalidate_log_dir(log_dir)
 
     def mark_log_dir_offline(self, log_dir: Path, reason: str) -> None:
         with self._lock:
@@ -370,37 +447,46 @@ class CleanerManager:
     def topic_settings(self, topic: str, log_dir: Path | None = None) -> TopicSettings:
         """`topic`'s settings in `log_dir`'s cluster view, with its resolved cleanup policy (empty when
         unknown: then nothing is compacted and retention deletes nothing but what lies below the log start)."""
+        found = self._topics.get((topic, log_dir))
+        if found is not None:
+            return found
         view = self.views.get(log_dir) if log_dir is not None else None
         settings = view.settings if view is not None else self.settings
         policy = resolve_policy(topic, view) if view is not None else None
-        return dataclasses.replace(settings.topic(topic), cleanup_policy=(policy.policy or ()) if policy else ())
+        found = dataclasses.replace(settings.topic(topic), cleanup_policy=(policy.policy or ()) if policy else ())
+        self._topics[(topic, log_dir)] = found  # until the settings or the view change
+        return found
 
     def reconfigure(self, settings: Settings, log_dirs: Iterable[str | os.PathLike]) -> None:
         with self._lock:
             self.settings = settings
             self.log_dirs = [Path(d) for d in log_dirs]
             self._settings_generation += 1
+            self._topics.clear()
+            self._stale.update(self.partitions)
         self.discover()  # new settings may decide topics differently: resolve every policy again now
 
     # ---- estimating -----------------------------------------------------------------------------------
 
-    def _estimate(self, status: PartitionStatus, now_ms: int, checkpoints: _CheckpointReads) -> None:
+    def _estimate(self, status: PartitionStatus, now_ms: int, checkpoints: _CheckpointReads) -> CleanableRange | None:
         """Refresh a partition's cleanable range, dirty ratio and compaction delay: `cleanable_range`, the
-        function a round uses, over the cheap facts `segments.partition.facts` reads of its files."""
+        function a round uses, over the cheap facts `segments.partition.facts` reads of its files (None: no
+        segment)."""
         topic = self.topic_settings(status.topic, status.log_dir)
         root = status.log_dir
         key = (status.topic, status.partition)
         # Links are not followed, and a FIFO, socket or device named like a segment file is not opened (opening a
         # FIFO blocks the selecting thread for good): the partition becomes uncleanable, naming the file.
         facts = self._facts.read(status.directory,
-                                 high_watermark=checkpoints.read(root, REPLICATION_OFFSET_CHECKPOINT).get(key))
+                                 high_watermark=checkpoints.read(root, REPLICATION_OFFSET_CHECKPOINT)[0].get(key))
         status.total_bytes = facts.size_bytes
         if not facts.segments:
             status.dirty_ratio, status.cleanable_bytes, status.clean_bytes, status.compaction_delay_ms = 0.0, 0, 0, 0
             status.next_delete_horizon_ms = -1
-            return
-        log_start = max(facts.segments[0].base_offset, checkpoints.read(root, LOG_START_OFFSET_CHECKPOINT).get(key, 0))
-        checkpoint = checkpoints.read(root, CLEANER_OFFSET_CHECKPOINT).get(key)
+            return None
+        log_start = max(facts.segments[0].base_offset,
+                        checkpoints.read(root, LOG_START_OFFSET_CHECKPOINT)[0].get(key, 0))
+        checkpoint = checkpoints.read(root, CLEANER_OFFSET_CHECKPOINT)[0].get(key)
         rng = cleanable_range(facts, topic, log_start_offset=log_start, now_ms=now_ms, checkpoint=checkpoint)
         if rng.checkpoint_was_reset:
             # Kafka repairs an invalid checkpoint at once, even if the log is not selected (KAFKA-6266).
@@ -417,84 +503,228 @@ class CleanerManager:
         # that had passed when its last round was selected: that round kept it, and would keep it again.
         kept = rng.kept_delete_horizon_ms if rng.kept_delete_horizon_ms > status.horizons_seen_ms else -1
         status.next_delete_horizon_ms = min((h for h in (kept, status.round_delete_horizon_ms) if h >= 0), default=-1)
+        return rng
 
     # ---- selection ------------------------------------------------------------------------------------
 
     def grab_filthiest(self, *, busy_devices: Iterable[int] = ()) -> Candidate | None:
         """The eligible log with the highest dirty ratio (overdue, triggered or horizon-due logs first),
         now marked in progress; None if there is none. Logs on `busy_devices` are passed over while
-        another eligible log on an idle device exists."""
+        another eligible log on an idle device exists.
+
+        Only partitions that may have changed are worked out again (see the module docstring); when none is
+        eligible, every partition whose probe is due is probed before giving up."""
         now = self.clock_ms()
         busy = set(busy_devices)
-        with self._lock:
-            self.last_selection_ms = now
-            statuses = [s for s in self.partitions.values()
-                        if s.state == PartitionState.IDLE and s.log_dir not in self.offline_log_dirs]
-        eligible: list[tuple[tuple, Candidate]] = []
-        max_ratio = 0.0
-        max_delay = 0
-        by_survivorship = self.settings.cleaner.selection_policy == "survivorship"
-        survivorships: dict[Path, dict] = {}
+        with self._select_lock:
+            with self._lock:
+                self.last_selection_ms = now
+            probed_at = time.monotonic()
+            self._refresh(now, probed_at, PROBES_PER_PASS)
+            candidate = self._take(now, busy)
+            if candidate is None:
+                self._refresh(now, probed_at, None)
+                candidate = self._take(now, busy)
+            return candidate
+
+    def _refresh(self, now: int, probed_at: float, probes_max: int | None) -> None:
+        """Work out again every partition that may have changed since the last pass (see the module docstring)."""
         checkpoints = _CheckpointReads()
-        for status in statuses:
-            if status.policy is None or "compact" not in (status.policy.policy or ()):
-                continue  # never compacted by guess (cleaner.policy)
-            topic = self.topic_settings(status.topic, status.log_dir)
-            if status.uncleanable_reason is not None and not self._retry_due(status, now):
-                continue
-            if now < status.busy_until_ms:
-                continue
-            try:
-                self._estimate(status, now, checkpoints)
-            except (OSError, SegmentError) as exc:
-                reason = pathcheck.describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
-                self.mark_uncleanable(status.directory, f"cannot estimate: {reason}")
-                continue
-            max_ratio = max(max_ratio, status.dirty_ratio)
-            max_delay = max(max_delay, status.compaction_delay_ms)
-            score = status.dirty_ratio
-            ratio_gate = status.dirty_ratio > topic.min_cleanable_dirty_ratio
-            if by_survivorship:
-                if status.log_dir not in survivorships:
-                    survivorships[status.log_dir] = survivorship.read_all(status.log_dir)
-                status.survivorship = survivorships[status.log_dir].get((status.topic, status.partition))
-                s = status.survivorship or 0.0
-                clean = status.clean_bytes
-                score = survivorship.freed_per_io_byte(clean, status.cleanable_bytes, s)
-                ratio_gate = survivorship.eligible(
-                    clean, status.cleanable_bytes, s, min_ratio=topic.min_cleanable_dirty_ratio,
-                    backstop_ratio=self.settings.cleaner.survivorship_backstop_ratio,
-                )
-            horizon_due = horizon_passed(status.next_delete_horizon_ms, now)
-            has_dirty = status.cleanable_bytes > 0 and status.first_uncleanable > status.first_dirty
-            if status.triggered:
-                reason = "triggered"
-            elif status.compaction_delay_ms > 0 and has_dirty:
-                reason = "max.compaction.lag.ms"
-            elif has_dirty and ratio_gate:
-                reason = "dirty ratio"
-            elif horizon_due:
-                reason = "delete horizon"
-            else:
-                continue
-            device = os.stat(status.log_dir).st_dev
-            rank = (device in busy, reason not in ("triggered", "max.compaction.lag.ms"), -score)
-            eligible.append((rank, Candidate(
-                status.directory, status.log_dir, status.topic, status.partition, status.dirty_ratio,
-                status.compaction_delay_ms, reason, force_recopy=(reason in ("delete horizon", "triggered")),
-            )))
         with self._lock:
-            self.max_dirty_percent = 100.0 * max_ratio
-            self.max_compaction_delay_ms = max_delay
-            eligible.sort(key=lambda e: e[0])
-            for _, candidate in eligible:
-                chosen = self.partitions.get(candidate.directory)
-                if chosen is not None and chosen.state == PartitionState.IDLE:
-                    chosen.state = PartitionState.IN_PROGRESS
-                    chosen.triggered = False
-                    chosen.selected_at_ms = now
-                    return candidate
-        return None
+            if self._last_now is not None and now < self._last_now:
+                self._stale.update(self.partitions)  # the clock went back: what it had made due may not be
+            self._last_now = now
+            online = [d for d in self.log_dirs if d not in self.offline_log_dirs]
+        for log_dir in online:  # a checkpoint someone else rewrote: its partitions are worked out again
+            for name in _SELECTION_CHECKPOINTS:
+                try:
+                    foreign = checkpoints.read(log_dir, name)[2]
+                except (OSError, SegmentError):
+                    continue  # reported per partition by the estimate, which reads it again
+                if self._foreign.get((log_dir, name)) != foreign:
+                    self._foreign[(log_dir, name)] = foreign
+                    with self._lock:
+                        self._invalidate_log_dir(log_dir)
+        with self._lock:
+            while self._rechecks and self._rechecks[0][0] <= now:
+                at, _, directory = heapq.heappop(self._rechecks)
+                if self._recheck_at.get(directory) == at:
+                    del self._recheck_at[directory]
+                    self._stale.add(directory)
+        self._probe(probed_at, probes_max)
+        with self._lock:
+            stale, self._stale = self._stale, set()
+            statuses = [self.partitions[d] for d in sorted(stale) if d in self.partitions]
+        for status in statuses:
+            self._evaluate(status, now, checkpoints)
+
+    def _probe(self, now: float, probes_max: int | None) -> None:
+        """Probe the partitions whose last probe is older than `probe_interval_ms` at `now` (and not made by this
+        pass), oldest first, at most `probes_max` (None: all of them); a changed one is stale."""
+        due = now - self.probe_interval_ms / 1000.0
+        order = self._probe_order
+        partitions = self.partitions
+        unchanged = self._facts.unchanged
+        changed = []
+        for _ in range(len(order) if probes_max is None else min(probes_max, len(order))):
+            probed_at, directory = order[0]
+            if probed_at > due or probed_at == now:
+                break  # in probe order: the others were probed later still (or by this pass)
+            order.popleft()
+            status = partitions.get(directory)
+            if status is None:
+                continue  # removed
+            order.append((now, directory))
+            if (status.state == PartitionState.IDLE and status.policy is not None
+                    and "compact" in (status.policy.policy or ()) and not unchanged(directory)):
+                changed.append(directory)
+        if changed:
+            with self._lock:
+                self._stale.update(changed)
+
+    def _evaluate(self, status: PartitionStatus, now: int, checkpoints: _CheckpointReads) -> None:
+        """Work out a stale partition's estimate and eligibility again; an eligible one goes on its device's heap."""
+        directory = status.directory
+        with self._lock:
+            self._withdraw(directory)
+            if status.state != PartitionState.IDLE or status.log_dir in self.offline_log_dirs:
+                return  # its outcome (or a resume, or the log dir's return) makes it stale again
+        if status.policy is None or "compact" not in (status.policy.policy or ()):
+            return  # never compacted by guess (cleaner.policy)
+        if status.uncleanable_reason is not None and not self._retry_due(status, now):
+            self._schedule(directory, status.uncleanable_retry_at_ms)
+            return
+        if now < status.busy_until_ms:
+            self._schedule(directory, status.busy_until_ms)
+            return
+        topic = self.topic_settings(status.topic, status.log_dir)
+        try:
+            rng = self._estimate(status, now, checkpoints)
+        except (OSError, SegmentError) as exc:
+            reason = pathcheck.describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+            self.mark_uncleanable(directory, f"cannot estimate: {reason}")
+            self._schedule(directory, status.uncleanable_retry_at_ms)
+            return
+        score = status.dirty_ratio
+        ratio_gate = status.dirty_ratio > topic.min_cleanable_dirty_ratio
+        if self.settings.cleaner.selection_policy == "survivorship":
+            ppm = checkpoints.read(status.log_dir, survivorship.SURVIVORSHIP_CHECKPOINT)[0].get(
+                (status.topic, status.partition))
+            status.survivorship = None if ppm is None else ppm / survivorship.PPM
+            s = status.survivorship or 0.0
+            clean = status.clean_bytes
+            score = survivorship.freed_per_io_byte(clean, status.cleanable_bytes, s)
+            ratio_gate = survivorship.eligible(
+                clean, status.cleanable_bytes, s, min_ratio=topic.min_cleanable_dirty_ratio,
+                backstop_ratio=self.settings.cleaner.survivorship_backstop_ratio,
+            )
+        horizon_due = horizon_passed(status.next_delete_horizon_ms, now)
+        changes = [rng.changes_at_ms if rng is not None else -1]
+        if status.next_delete_horizon_ms > now:
+            changes.append(status.next_delete_horizon_ms)
+        self._schedule(directory, min((t for t in changes if t >= 0), default=-1))
+        has_dirty = status.cleanable_bytes > 0 and status.first_uncleanable > status.first_dirty
+        if status.triggered:
+            reason = "triggered"
+        elif status.compaction_delay_ms > 0 and has_dirty:
+            reason = "max.compaction.lag.ms"
+        elif has_dirty and ratio_gate:
+            reason = "dirty ratio"
+        elif horizon_due:
+            reason = "delete horizon"
+        else:
+            return
+        device = self._device(status.log_dir)
+        rank = (reason not in ("triggered", "max.compaction.lag.ms"), -score)
+        candidate = Candidate(
+            directory, status.log_dir, status.topic, status.partition, status.dirty_ratio,
+            status.compaction_delay_ms, reason, force_recopy=(reason in ("delete horizon", "triggered")),
+        )
+        with self._lock:
+            if status.state != PartitionState.IDLE:
+                return
+            self._entries += 1
+            self._eligible[directory] = (self._entries, candidate)
+            heapq.heappush(self._heaps.setdefault(device, []), (rank, str(directory), self._entries, directory))
+
+    def _take(self, now: int, busy: set[int]) -> Candidate | None:
+        """The best eligible log (an idle device's first), now marked in progress; None if there is none."""
+        with self._lock:
+            best: tuple | None = None
+            for device, heap in self._heaps.items():
+                while heap:
+                    _, _, number, directory = heap[0]
+                    entry = self._eligible.get(directory)
+                    status = self.partitions.get(directory)
+                    if (entry is not None and entry[0] == number and status is not None
+                            and status.state == PartitionState.IDLE and status.log_dir not in self.offline_log_dirs):
+                        break
+                    heapq.heappop(heap)  # outdated: the partition was worked out again, or is busy, gone, offline
+                    if entry is not None and entry[0] == number:
+                        del self._eligible[directory]
+                if heap and (best is None or (device in busy, heap[0][:2]) < best[0]):
+                    best = ((device in busy, heap[0][:2]), device)
+            if best is None:
+                return None
+            directory = heapq.heappop(self._heaps[best[1]])[3]
+            candidate = self._eligible.pop(directory)[1]
+            chosen = self.partitions[directory]
+            chosen.state = PartitionState.IN_PROGRESS
+            chosen.triggered = False
+            chosen.selected_at_ms = now
+            self._last_pick = directory
+            return candidate
+
+    def _device(self, log_dir: Path) -> int:
+        device = self._devices.get(log_dir)
+        if device is None:
+            device = self._devices[log_dir] = os.stat(log_dir).st_dev
+        return device
+
+    def _schedule(self, directory: Path, at_ms: int) -> None:
+        """Work the partition out again when the clock reaches `at_ms` (-1: no such time)."""
+        with self._lock:
+            if at_ms < 0:
+                self._recheck_at.pop(directory, None)
+            elif self._recheck_at.get(directory) != at_ms:
+                self._recheck_at[directory] = at_ms
+                heapq.heappush(self._rechecks, (at_ms, str(directory), directory))
+
+    def _withdraw(self, directory: Path) -> None:
+        """Not eligible until worked out again (its heap entry is dropped when met). Under self._lock."""
+        self._eligible.pop(directory, None)
+
+    def _invalidate(self, directory: Path) -> None:
+        """Work the partition out again at the next pass. Under self._lock."""
+        self._stale.add(directory)
+        self._eligible.pop(directory, None)
+
+    def _invalidate_log_dir(self, log_dir: Path) -> None:
+        """Work out every partition of `log_dir` again at the next pass. Under self._lock."""
+        for directory, status in self.partitions.items():
+            if status.log_dir == log_dir:
+                self._stale.add(directory)
+
+    @property
+    def max_dirty_percent(self) -> float:
+        """The highest dirty ratio among the logs the last selection could hand out, × 100."""
+        return 100.0 * max((s.dirty_ratio for s in self._selectable()), default=0.0)
+
+    @property
+    def max_compaction_delay_ms(self) -> int:
+        """How far past `max.compaction.lag.ms` the most overdue of them is."""
+        return max((s.compaction_delay_ms for s in self._selectable()), default=0)
+
+    def _selectable(self) -> list[PartitionStatus]:
+        """The compacted partitions a selection may hand out (idle, online, not waiting for a retry or a
+        backoff), and the one the last selection handed out; as last worked out."""
+        now = self._last_now or 0
+        with self._lock:
+            return [s for s in self.partitions.values()
+                    if (s.state == PartitionState.IDLE or s.directory == self._last_pick)
+                    and s.log_dir not in self.offline_log_dirs and s.policy is not None
+                    and "compact" in (s.policy.policy or ()) and now >= s.busy_until_ms
+                    and (s.uncleanable_reason is None or now >= s.uncleanable_retry_at_ms)]
 
     def _retry_due(self, status: PartitionStatus, now: int) -> bool:
         if now >= status.uncleanable_retry_at_ms:
@@ -581,6 +811,7 @@ class CleanerManager:
             log.error("partition uncleanable dir=%s retry_in_ms=%d reason=%s", directory, backoff, reason)
 
     def _finish(self, status: PartitionStatus) -> None:
+        self._invalidate(status.directory)  # what its round, retention or failure changed is worked out again
         if status.state == PartitionState.ABORTED:
             status.state = PartitionState.PAUSED
             status.pauses = 1
@@ -650,6 +881,7 @@ class CleanerManager:
             status.pauses -= 1
             if status.pauses == 0:
                 status.state = PartitionState.IDLE
+                self._invalidate(directory)
 
     def trigger(self, directory: Path) -> None:
         """Clean this partition next, whatever its dirty ratio (and clear an uncleanable mark)."""
@@ -657,6 +889,7 @@ class CleanerManager:
             status = self._get(directory)
             status.triggered = True
             status.uncleanable_retry_at_ms = 0
+            self._invalidate(status.directory)
 
     def abort_all(self) -> None:
         """Mark every running round aborted (shutdown); threads see it at their next window."""
@@ -678,6 +911,39 @@ class CleanerManager:
                 if directory.name == name or str(directory) == name:
                     return directory
         raise StateError(f"{name}: no such partition")
+
+    def statuses(self) -> list[PartitionStatus]:
+        """Every partition's live status (not copies: read them, do not change them)."""
+        with self._lock:
+            return list(self.partitions.values())
+
+    def retention_candidates(self) -> list[PartitionStatus]:
+        """The partitions a retention pass must open: all but the compacted logs without `delete` in their
+        policy whose segments, as last read, have none entirely below the log start offset
+        (`cleaner.retention.may_delete_below_log_start`), so that an idle daemon does not open every log."""
+        starts: dict[Path, Mapping] = {}
+        out = []
+        for status in self.statuses():
+            policy = status.policy.policy if status.policy is not None else None
+            if policy is not None and "compact" in policy and "delete" not in policy:
+                bases = self._facts.bases(status.directory)
+                if bases is None:  # not read yet (the pass at start-up): its facts, which selection reads next
+                    try:
+                        bases = [s.base_offset for s in self._facts.read(status.directory).segments]
+                    except (OSError, SegmentError):
+                        bases = None  # opening the log reports it
+                if bases is not None:
+                    if status.log_dir not in starts:
+                        try:
+                            starts[status.log_dir] = cached_offset_checkpoint(
+                                status.log_dir / LOG_START_OFFSET_CHECKPOINT)[0]
+                        except (OSError, SegmentError):
+                            starts[status.log_dir] = {}  # opening the log reports it
+                    start = starts[status.log_dir].get((status.topic, status.partition), 0)
+                    if not may_delete_below_log_start(bases, start):
+                        continue
+            out.append(status)
+        return out
 
     # ---- reporting ----------------------------------------------------------------------------------
 

@@ -180,7 +180,7 @@ class CleanerPool:
             if now < self._next_retention_ms:
                 return
             self._next_retention_ms = now + interval_ms
-        for status in self.manager.snapshot():
+        for status in self.manager.retention_candidates():
             if self._stopping.is_set():
                 return
             if not self.manager.begin_maintenance(status.directory):

@@ -22,7 +22,7 @@ from segments.partition.log import PartitionLog
 
 from .settings import TopicSettings
 
-__all__ = ["RetentionResult", "apply_retention", "segments_to_delete"]
+__all__ = ["RetentionResult", "apply_retention", "may_delete_below_log_start", "segments_to_delete"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,13 @@ class RetentionResult:
 def _largest_timestamp(segment) -> int:
     ts = segment.max_timestamp
     return ts if ts >= 0 else os.stat(segment.paths.log).st_mtime_ns // 1_000_000
+
+
+def may_delete_below_log_start(bases: list[int], log_start_offset: int) -> bool:
+    """Whether the first rule of `segments_to_delete` (segments entirely below the log start offset) could
+    delete a segment of a log whose segments start at `bases`: the only rule for a log whose policy has no
+    `delete`, so the daemon opens such a log for retention only when this holds."""
+    return len(bases) >= 2 and bases[1] <= log_start_offset
 
 
 def segments_to_delete(log: PartitionLog, topic: TopicSettings, now_ms: int, *, by_size: bool = True) -> tuple[int, str]:
@@ -64,6 +71,7 @@ def segments_to_delete(log: PartitionLog, topic: TopicSettings, now_ms: int, *, 
     count, reason = 0, ""
     while count < len(candidates) and segments[count + 1].base_offset <= log_start and below_hw(count):
         count, reason = count + 1, "log start offset"
+    # (may_delete_below_log_start is this first rule, from the base offsets alone)
     if "delete" in topic.cleanup_policy:
         if topic.retention_ms >= 0:
             while (

@@ -23,12 +23,12 @@ from segments.partition.checkpoint import SURVIVORSHIP_CHECKPOINT, cached_offset
 from segments.partition.log import update_log_dir_checkpoint
 
 __all__ = [
-    "POLICIES", "SURVIVORSHIP_CHECKPOINT", "eligible", "expected_freed_fraction", "freed_per_io_byte", "read_all",
+    "POLICIES", "PPM", "SURVIVORSHIP_CHECKPOINT", "eligible", "expected_freed_fraction", "freed_per_io_byte", "read_all",
     "record", "record_round", "smoothed",
 ]
 
 POLICIES = ("dirty-ratio", "survivorship")
-_PPM = 1_000_000
+PPM = 1_000_000  # the checkpoint's unit: parts per million
 
 
 def smoothed(previous: float | None, observed: float, alpha: float) -> float:
@@ -38,9 +38,9 @@ def smoothed(previous: float | None, observed: float, alpha: float) -> float:
 def record(log_dir: str | os.PathLike, topic: str, partition: int, observed: float, alpha: float) -> float:
     """Fold one round's survivorship into the partition's smoothed value and persist it; returns the new value."""
     ppm = cached_offset_checkpoint(Path(log_dir) / SURVIVORSHIP_CHECKPOINT)[0].get((topic, partition))
-    previous = None if ppm is None else ppm / _PPM
+    previous = None if ppm is None else ppm / PPM
     value = min(max(smoothed(previous, observed, alpha), 0.0), 1.0)
-    update_log_dir_checkpoint(log_dir, SURVIVORSHIP_CHECKPOINT, (topic, partition), round(value * _PPM))
+    update_log_dir_checkpoint(log_dir, SURVIVORSHIP_CHECKPOINT, (topic, partition), round(value * PPM))
     return value
 
 
@@ -53,7 +53,7 @@ def record_round(directory: str | os.PathLike, result, alpha: float) -> float | 
 
 def read_all(log_dir: str | os.PathLike) -> dict[tuple[str, int], float]:
     """Every partition's smoothed survivorship in `log_dir` (missing file: none)."""
-    return {tp: v / _PPM for tp, v in read_offset_checkpoint(Path(log_dir) / SURVIVORSHIP_CHECKPOINT).items()}
+    return {tp: v / PPM for tp, v in read_offset_checkpoint(Path(log_dir) / SURVIVORSHIP_CHECKPOINT).items()}
 
 
 def expected_freed_fraction(clean_bytes: int, dirty_bytes: int, survivorship: float) -> float:

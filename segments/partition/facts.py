@@ -11,6 +11,13 @@ read again; an active segment that grew is walked on from where its walk stopped
 partitions reads, in the steady state, only the bytes appended since the last pass; a segment file is read
 in full once (at the first pass, or once a round has swapped it in).
 
+`FactsCache.unchanged` tells, from two `lstat`s (the directory, the active segment), whether a partition
+read before may have changed since: any roll, swap, retention or recovery renames, creates or removes a file
+(the directory's mtime), and a writer only appends to the active segment (its size and mtime). A read whose
+mtimes were younger than `RACY_NS` is not trusted by it (a later change within the same timestamp tick would
+leave them equal), so the partition is read again until they have aged. The rule, and what it does not see:
+docs/design.md, "Many partitions".
+
 The first unstable offset (Kafka's: the first offset of the earliest transaction not yet decided) is folded
 from the segments' `TxnSummary`s in offset order: a transaction with no COMMIT/ABORT marker, or whose
 marker is not below the high watermark (it could still be truncated), is undecided. It is the figure a
@@ -22,6 +29,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +40,12 @@ from ..files.facts import SegmentFacts, SegmentWalk, TxnSummary, file_identity
 from ..files.names import parse_segment_file_name
 from ..files.segment import LogSegment
 
-__all__ = ["FactsCache", "LogFacts", "first_unstable_offset"]
+__all__ = ["RACY_NS", "FactsCache", "LogFacts", "first_unstable_offset"]
+
+# A file's mtime younger than this at a read does not show a later change: timestamps are taken from a coarse
+# clock (a tick of milliseconds on ext4 and XFS; 1 s or 2 s on older filesystems), so a change in the same tick
+# leaves it equal.
+RACY_NS = 2_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +102,9 @@ class _Walked:
 class _Partition:
     lock: threading.Lock = field(default_factory=threading.Lock)
     segments: dict[int, _Walked] = field(default_factory=dict)
+    # At the last read: the directory's (inode, mtime), the active segment's path and (inode, size, mtime);
+    # None when that read was racy (an mtime younger than RACY_NS) or failed: `unchanged` is then False.
+    probe: tuple[int, int, str, int, int, int] | None = None
 
 
 class FactsCache:
@@ -110,25 +126,59 @@ class FactsCache:
         or `SegmentError` (`CorruptRecordError` at a header that is not a batch's; a link; a special file).
         """
         directory = Path(directory)
+        with self._lock:
+            partition = self._partitions.setdefault(directory, _Partition())
+        partition.probe = None  # until this read has succeeded
+        dir_st = os.lstat(directory)  # before the listing: a change after it shows in the mtime
+        read_ns = time.time_ns()
         pathcheck.check_partition_dir(directory)
         bases = sorted(
             parsed.offset for name in os.listdir(directory)
             if (parsed := parse_segment_file_name(name)) is not None and parsed.kind == fmt.LOG_SUFFIX
             and not parsed.state
         )
-        with self._lock:
-            partition = self._partitions.setdefault(directory, _Partition())
         with partition.lock:
             walked: dict[int, _Walked] = {}
+            active_st = None
             for i, base in enumerate(bases):
                 seen = partition.segments.get(base)
                 st = pathcheck.check_regular_file(directory / fmt.offset_file_name(base, fmt.LOG_SUFFIX))
                 walked[base] = seen if seen is not None and seen.identity == file_identity(st) else (
                     _walk(directory, base, seen, active=i == len(bases) - 1))
+                active_st = st
             partition.segments = walked
+            if read_ns - dir_st.st_mtime_ns >= RACY_NS and (active_st is None or (
+                    read_ns - active_st.st_mtime_ns >= RACY_NS and walked[bases[-1]].identity == file_identity(active_st))):
+                active = os.fspath(directory / fmt.offset_file_name(bases[-1], fmt.LOG_SUFFIX)) if bases else ""
+                partition.probe = (dir_st.st_ino, dir_st.st_mtime_ns, active,
+                                   *((active_st.st_ino, active_st.st_size, active_st.st_mtime_ns) if active_st else (0, 0, 0)))
         segments = [w.facts for w in walked.values()]
         unstable = first_unstable_offset((w.txn for w in walked.values()), high_watermark)
         return LogFacts(tuple(segments), high_watermark, unstable)
+
+    def unchanged(self, directory: Path) -> bool:
+        """True when the partition was read before and neither its directory (inode, mtime) nor its active
+        segment (inode, size, mtime) changed since, that read not being racy (see the module docstring):
+        two `lstat`s, nothing opened. False means: read it again."""
+        partition = self._partitions.get(directory)
+        probe = partition.probe if partition is not None else None
+        if probe is None:
+            return False
+        try:
+            st = os.lstat(directory)
+            if st.st_ino != probe[0] or st.st_mtime_ns != probe[1]:
+                return False
+            if not probe[2]:
+                return True  # no segment then, and the directory did not change
+            st = os.lstat(probe[2])
+        except OSError:
+            return False
+        return (st.st_ino, st.st_size, st.st_mtime_ns) == probe[3:]
+
+    def bases(self, directory: Path) -> list[int] | None:
+        """The base offsets of the partition's segments as last read (None: never read)."""
+        partition = self._partitions.get(directory)
+        return None if partition is None else sorted(partition.segments)
 
     def forget(self, directory: str | os.PathLike) -> None:
         """Drop what is kept of a partition (removed, or no longer of interest)."""
