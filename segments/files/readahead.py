@@ -12,8 +12,11 @@ for the next item, so with two permits and a ring of two buffer sets the produce
 buffers of the item the consumer holds. Memory: two windows and their record arrays instead of one.
 
 Errors raised by the producer reach the consumer at the item where they happened, in order. A consumer that
-stops early (a `break`, an exception, an abort) stops the producer and waits for its thread before the
-generator returns, so no thread outlives the phase that started it and no buffer is written after.
+stops early (a `break`, an exception, an abort) stops the producer and waits for it before the generator
+returns, so no producer outlives the phase that started it and no buffer is written after. The producer runs on
+a thread kept for the consumer thread between phases (it ends after `_IDLE_S` unused): starting a thread per
+phase cost a round of a tiny partition milliseconds (issue 19), where handing a phase to a waiting thread costs
+microseconds.
 """
 
 from __future__ import annotations
@@ -33,6 +36,46 @@ __all__ = ["WindowRing", "read_ahead"]
 T = TypeVar("T")
 
 _DONE = object()
+_IDLE_S = 10.0  # a kept producer thread ends after this long without a phase
+_IDLE_NAME = "read-ahead-idle"
+
+
+class _Producer:
+    """A thread that runs the producers of one consumer thread's phases, one at a time."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._ended = False
+        threading.Thread(target=self._loop, name=_IDLE_NAME, daemon=True).start()
+
+    def submit(self, job) -> bool:
+        """Run `job` on this thread; False if the thread has ended (idle too long)."""
+        with self._lock:
+            if self._ended:
+                return False
+            self._jobs.put(job)
+            return True
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=_IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._jobs.empty():
+                        self._ended = True
+                        return
+                continue
+            job()
+
+
+_kept = threading.local()  # per consumer thread: its producer threads not in use
+
+
+def _producer() -> _Producer:
+    idle: list[_Producer] = _kept.__dict__.setdefault("idle", [])
+    return idle.pop() if idle else _Producer()
 
 
 class WindowRing:
@@ -74,7 +117,11 @@ def read_ahead(source: Iterator[T], *, name: str = "read-ahead") -> Iterator[T]:
     ready: queue.Queue = queue.Queue()
     stop = threading.Event()
 
+    finished = threading.Event()
+
     def produce() -> None:
+        thread = threading.current_thread()
+        thread.name = name
         try:
             while True:
                 permits.acquire()
@@ -86,9 +133,13 @@ def read_ahead(source: Iterator[T], *, name: str = "read-ahead") -> Iterator[T]:
                     return
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
             ready.put((_DONE, exc))
+        finally:
+            thread.name = _IDLE_NAME
+            finished.set()
 
-    thread = threading.Thread(target=produce, name=name, daemon=True)
-    thread.start()
+    producer = _producer()
+    while not producer.submit(produce):
+        producer = _producer()  # that one had ended
     try:
         first = True
         while True:
@@ -104,7 +155,8 @@ def read_ahead(source: Iterator[T], *, name: str = "read-ahead") -> Iterator[T]:
     finally:
         stop.set()
         permits.release()
-        thread.join()
+        finished.wait()
+        _kept.__dict__.setdefault("idle", []).append(producer)
         close = getattr(source, "close", None)
         if close is not None:
             close()

@@ -79,3 +79,15 @@ def test_scan_windows_on_a_ring_give_the_same_results_as_plain_windows(tmp_path)
             for _, r in read_ahead(seg.scan_windows(window_bytes=4096, ring=ring), name="t-scan")
         ]
     assert len(plain) > 10 and ahead == plain
+
+
+def test_consecutive_phases_of_a_thread_reuse_one_producer_thread():
+    """Issue 19: a round of a tiny partition runs a few phases; a thread started and joined per phase cost it
+    milliseconds. The producer thread is kept for the consumer thread between phases."""
+
+    def source():
+        yield threading.get_ident()
+
+    producers = [next(iter(list(read_ahead(source(), name=f"t-reuse-{k}")))) for k in range(5)]
+    assert len(set(producers)) == 1 and producers[0] != threading.get_ident()
+    assert not any(name.startswith("t-reuse") for name in _threads())  # named after its phase only while in it
