@@ -487,43 +487,33 @@ class OffsetIndex(_SparseIndex):
     def append_many(self, offsets: ArrayLike, positions: ArrayLike) -> None:
         """`append` of each `(offset, position)` in order, checked and stored as arrays (one copy per column).
 
-        Same checks and errors as `append` entry by entry: when one fails, the entries before it are appended
-        (by `append`, which then raises for it), as a loop of `append` would leave them.
+        When every entry passes `append`'s checks (offsets increasing, positions not decreasing, both from the
+        last entry's, in range, room for all), they are stored at once; otherwise `append` runs entry by entry,
+        so the entries before the first bad one are appended and it raises `append`'s error.
         """
         columns = _int64_columns(offsets, positions)
-        if columns is None:
-            for offset, position in zip(_items(offsets), _items(positions)):
-                self.append(offset, position)
+        if columns is not None and len(columns[0]) == 0:
             return
-        offsets, positions = columns
-        count = len(offsets)
-        if count == 0:
-            return
-        n = self._loaded()
-        relative = offsets - self.base_offset
-        previous_relative = np.empty(count, np.int64)
-        previous_position = np.empty(count, np.int64)
-        previous_relative[1:], previous_position[1:] = relative[:-1], positions[:-1]
-        has_previous = np.ones(count, dtype=bool)
-        if n:
-            previous_relative[0] = int(self._cols["relative_offset"][n - 1])
-            previous_position[0] = int(self._cols["position"][n - 1])
-        else:
-            has_previous[0] = False
-            previous_relative[0] = previous_position[0] = 0
-        bad = (
-            (np.arange(n, n + count) >= self.entries_max)
-            | (relative < 0) | (relative > fmt.RELATIVE_OFFSET_MAX)
-            | (has_previous & (relative <= previous_relative))
-            | (positions < 0) | (positions > _INT32_MAX)
-            | (has_previous & (positions < previous_position))
-        )
-        i = _first_true(bad)
-        if i is not None:
-            for offset, position in zip(offsets[: i + 1].tolist(), positions[: i + 1].tolist()):
-                self.append(offset, position)  # raises at entry i, with append's message
-            raise AssertionError("unreachable: append accepted an entry append_many rejects")
-        self._push_many((relative.astype(np.int32), positions.astype(np.int32)))
+        if columns is not None:
+            offsets, positions = columns
+            n = self._loaded()
+            relative = offsets - self.base_offset
+            # Past the two order checks, the first and last items bound the columns.
+            lowest_relative = int(self._cols["relative_offset"][n - 1]) + 1 if n else 0
+            lowest_position = int(self._cols["position"][n - 1]) if n else 0
+            if (
+                n + len(relative) <= self.entries_max
+                and lowest_relative <= int(relative[0])
+                and int(relative[-1]) <= fmt.RELATIVE_OFFSET_MAX
+                and lowest_position <= int(positions[0])
+                and int(positions[-1]) <= _INT32_MAX
+                and bool(np.all(relative[1:] > relative[:-1]))
+                and bool(np.all(positions[1:] >= positions[:-1]))
+            ):
+                self._push_many((relative.astype(np.int32), positions.astype(np.int32)))
+                return
+        for offset, position in zip(_items(offsets), _items(positions)):
+            self.append(offset, position)
 
     def lookup(self, target_offset: int) -> tuple[int, int]:
         """The entry with the largest offset <= `target_offset` as `(offset, position)`, or `(base, 0)` if none.
@@ -742,40 +732,35 @@ class TimeIndex(_SparseIndex):
     def maybe_append_many(self, timestamps: ArrayLike, offsets: ArrayLike) -> int:
         """`maybe_append` of each `(timestamp, offset)` in order (no `skip_full_check`); the number appended.
 
-        Checked and stored as arrays: an entry is appended iff its timestamp is above every one before it and
-        the last entry's. Same checks and errors as `maybe_append` candidate by candidate: when one fails, the
-        ones before it are appended (by `maybe_append`, which then raises), as a loop would leave them.
+        The candidates the append rule makes (timestamps and offsets not decreasing, from the last entry's, in
+        the segment's range) are checked and stored as arrays: those whose timestamp is above the one before
+        (the first: above the last entry's) are appended, if there is room for them. Any other input goes
+        through `maybe_append` candidate by candidate, with its results and errors.
         """
         columns = _int64_columns(timestamps, offsets)
-        if columns is None:
-            return sum(self.maybe_append(t, o) for t, o in zip(_items(timestamps), _items(offsets)))
-        timestamps, offsets = columns
-        count = len(timestamps)
-        if count == 0:
+        if columns is not None and len(columns[0]) == 0:
             return 0
-        n = self._loaded()
-        last_timestamp, last_offset = self.last_entry
-        # The last entry's timestamp before candidate k: the running max of the last entry's and the candidates'.
-        previous_max = np.maximum.accumulate(np.r_[np.int64(last_timestamp), timestamps[:-1]])
-        appended = timestamps > previous_max
-        # The last entry before candidate k: the latest appended candidate before k, else the index's last one.
-        latest = np.maximum.accumulate(np.where(appended, np.arange(count), -1))
-        before = np.r_[np.int64(-1), latest[:-1]]
-        previous_offset = np.where(before >= 0, offsets[np.maximum(before, 0)], last_offset)
-        has_entry = (before >= 0) | (n > 0)
-        relative = offsets - self.base_offset
-        entries_before = n + np.cumsum(appended) - appended
-        limit = self.entries_max - fmt.TIME_INDEX_RESERVED_ENTRIES
-        bad = (has_entry & ((offsets < previous_offset) | (timestamps < previous_max))) | (
-            appended & ((entries_before >= limit) | (relative < 0) | (relative > fmt.RELATIVE_OFFSET_MAX))
-        )
-        i = _first_true(bad)
-        if i is not None:
-            for timestamp, offset in zip(timestamps[: i + 1].tolist(), offsets[: i + 1].tolist()):
-                self.maybe_append(timestamp, offset)  # raises at candidate i, with maybe_append's message
-            raise AssertionError("unreachable: maybe_append accepted a candidate maybe_append_many rejects")
-        self._push_many((timestamps[appended], relative[appended].astype(np.int32)))
-        return int(np.count_nonzero(appended))
+        if columns is not None:
+            timestamps, offsets = columns
+            n = self._loaded()
+            last_timestamp, last_offset = self.last_entry  # (-1, base) when there is none
+            if (
+                last_timestamp <= int(timestamps[0])
+                and last_offset <= int(offsets[0])
+                and int(offsets[-1]) - self.base_offset <= fmt.RELATIVE_OFFSET_MAX
+                and bool(np.all(timestamps[1:] >= timestamps[:-1]))
+                and bool(np.all(offsets[1:] >= offsets[:-1]))
+            ):
+                previous = np.empty_like(timestamps)  # with timestamps not decreasing, the last entry's before each
+                previous[0] = last_timestamp
+                previous[1:] = timestamps[:-1]
+                appended = timestamps > previous
+                count = int(np.count_nonzero(appended))
+                if n + count <= self.entries_max - fmt.TIME_INDEX_RESERVED_ENTRIES:
+                    relative = offsets[appended] - self.base_offset
+                    self._push_many((timestamps[appended], relative.astype(np.int32)))
+                    return count
+        return sum(self.maybe_append(t, o) for t, o in zip(_items(timestamps), _items(offsets)))
 
     def lookup(self, target_timestamp: int) -> tuple[int, int]:
         """The entry with the largest timestamp <= `target_timestamp` as `(timestamp, offset)`, or `(-1, base)`."""
