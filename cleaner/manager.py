@@ -608,9 +608,7 @@ class CleanerManager:
         score = status.dirty_ratio
         ratio_gate = status.dirty_ratio > topic.min_cleanable_dirty_ratio
         if self.settings.cleaner.selection_policy == "survivorship":
-            ppm = checkpoints.read(status.log_dir, survivorship.SURVIVORSHIP_CHECKPOINT)[0].get(
-                (status.topic, status.partition))
-            status.survivorship = None if ppm is None else ppm / survivorship.PPM
+            status.survivorship = survivorship.lookup(status.log_dir, status.topic, status.partition)
             s = status.survivorship or 0.0
             clean = status.clean_bytes
             score = survivorship.freed_per_io_byte(clean, status.cleanable_bytes, s)

@@ -19,11 +19,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from segments.codec.errors import CheckpointError
 from segments.partition.checkpoint import SURVIVORSHIP_CHECKPOINT, cached_offset_checkpoint, read_offset_checkpoint
 from segments.partition.log import update_log_dir_checkpoint
 
 __all__ = [
-    "POLICIES", "PPM", "SURVIVORSHIP_CHECKPOINT", "eligible", "expected_freed_fraction", "freed_per_io_byte", "read_all",
+    "POLICIES", "PPM", "SURVIVORSHIP_CHECKPOINT", "eligible", "expected_freed_fraction", "freed_per_io_byte", "lookup",
+    "read_all",
     "record", "record_round", "smoothed",
 ]
 
@@ -37,10 +39,11 @@ def smoothed(previous: float | None, observed: float, alpha: float) -> float:
 
 def record(log_dir: str | os.PathLike, topic: str, partition: int, observed: float, alpha: float) -> float:
     """Fold one round's survivorship into the partition's smoothed value and persist it; returns the new value."""
-    ppm = cached_offset_checkpoint(Path(log_dir) / SURVIVORSHIP_CHECKPOINT)[0].get((topic, partition))
-    previous = None if ppm is None else ppm / PPM
+    previous = lookup(log_dir, topic, partition)
     value = min(max(smoothed(previous, observed, alpha), 0.0), 1.0)
-    update_log_dir_checkpoint(log_dir, SURVIVORSHIP_CHECKPOINT, (topic, partition), round(value * PPM))
+    # A scheduling hint: not fsynced, and an unreadable file is replaced (docs/design.md, "Survivorship-aware
+    # scheduling"); the cleaner checkpoint, which safety depends on, is written durably by the round.
+    update_log_dir_checkpoint(log_dir, SURVIVORSHIP_CHECKPOINT, (topic, partition), round(value * PPM), hint=True)
     return value
 
 
@@ -52,8 +55,21 @@ def record_round(directory: str | os.PathLike, result, alpha: float) -> float | 
 
 
 def read_all(log_dir: str | os.PathLike) -> dict[tuple[str, int], float]:
-    """Every partition's smoothed survivorship in `log_dir` (missing file: none)."""
-    return {tp: v / PPM for tp, v in read_offset_checkpoint(Path(log_dir) / SURVIVORSHIP_CHECKPOINT).items()}
+    """Every partition's smoothed survivorship in `log_dir` (missing or unreadable file: none)."""
+    try:
+        entries = read_offset_checkpoint(Path(log_dir) / SURVIVORSHIP_CHECKPOINT)
+    except CheckpointError:
+        return {}
+    return {tp: v / PPM for tp, v in entries.items()}
+
+
+def lookup(log_dir: str | os.PathLike, topic: str, partition: int) -> float | None:
+    """One partition's smoothed survivorship in `log_dir` (None: no history, or the file is unreadable)."""
+    try:
+        ppm = cached_offset_checkpoint(Path(log_dir) / SURVIVORSHIP_CHECKPOINT)[0].get((topic, partition))
+    except CheckpointError:
+        return None
+    return None if ppm is None else ppm / PPM
 
 
 def expected_freed_fraction(clean_bytes: int, dirty_bytes: int, survivorship: float) -> float:

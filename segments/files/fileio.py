@@ -69,10 +69,12 @@ class FileOps:
                 raise
             raise OSError(exc.errno, exc.strerror, _fd_path(fd)) from None
 
-    def write_atomic(self, path: str | os.PathLike, data: bytes) -> None:
+    def write_atomic(self, path: str | os.PathLike, data: bytes, *, durable: bool = True) -> None:
         """Replace `path` with `data` so that a crash leaves either the old or the new content.
 
-        Writes `<path>.tmp`, fsyncs it, renames it over `path` and fsyncs the directory.
+        Writes `<path>.tmp`, fsyncs it, renames it over `path` and fsyncs the directory. With `durable` False
+        (a hint that may be lost, such as the survivorship checkpoint) nothing is fsynced: a process crash still
+        leaves the old or the new content, a power failure may leave the old content or an unreadable file.
         """
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
@@ -80,14 +82,16 @@ class FileOps:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
             self.pwrite_all(fd, data, 0)
-            self.fsync_fd(fd)
+            if durable:
+                self.fsync_fd(fd)
         except BaseException:
             os.close(fd)
             self.remove(tmp)
             raise
         os.close(fd)
         self.rename(tmp, path)
-        self.fsync_dir(path.parent)
+        if durable:
+            self.fsync_dir(path.parent)
 
 
 def _fd_path(fd: int) -> str:

@@ -356,21 +356,29 @@ def update_offset_checkpoint(
     removals: Iterable[TopicPartition] = (),
     *,
     file_ops: FileOps = DEFAULT_FILE_OPS,
+    hint: bool = False,
 ) -> dict[TopicPartition, int]:
     """Read the checkpoint at `path`, drop `removals`, then set `updates`, and write it atomically.
 
     The order is Kafka's (`LogCleanerManager.updateCheckpoints`): a partition both removed and updated
     ends up with the updated value. Not atomic against other writers: the caller holds the lock that
-    serialises writers of this file. Returns what was written. Raises `CheckpointError` if the current
+    serialises writers of this file. Returns what was written. With `hint` (a file
+    nothing depends on for safety: the survivorship checkpoint), nothing is fsynced and an unreadable file is
+    replaced instead of raising. Raises `CheckpointError` if the current
     file cannot be parsed (nothing is written then).
     """
     data = _read_limited(path, CHECKPOINT_BYTES_MAX)
     cache = _cache_of(path)
     with cache.lock:
-        cache.load(data, path, CHECKPOINT_BYTES_MAX)
+        try:
+            cache.load(data, path, CHECKPOINT_BYTES_MAX)
+        except CheckpointError:
+            if not hint:
+                raise
+            cache.load(None, path, CHECKPOINT_BYTES_MAX)  # a lost hint: start again from no entries
         try:
             encoded = cache.update(updates, removals)
-            file_ops.write_atomic(path, encoded)
+            file_ops.write_atomic(path, encoded, durable=not hint)
         except BaseException:
             cache.known = False  # what the file holds is not known here now: the next read parses it again
             raise

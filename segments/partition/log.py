@@ -173,18 +173,20 @@ def update_log_dir_checkpoint(
     offset: int | None,
     *,
     file_ops: FileOps = DEFAULT_FILE_OPS,
+    hint: bool = False,
 ) -> None:
     """Set (or, with None, remove) `key`'s entry of the checkpoint file `name` in `log_dir`.
 
     The read-modify-write runs under the log dir's checkpoint lock (`.logcleaner-checkpoints.lock`), so
-    writers and cleaners of different partitions, in any process, never lose each other's entries.
+    writers and cleaners of different partitions, in any process, never lose each other's entries. `hint`:
+    see `update_offset_checkpoint`.
     """
     root = Path(log_dir)
     with PartitionLock(root, _CHECKPOINT_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT):
         if offset is None:
-            update_offset_checkpoint(root / name, {}, removals=[key], file_ops=file_ops)
+            update_offset_checkpoint(root / name, {}, removals=[key], file_ops=file_ops, hint=hint)
         else:
-            update_offset_checkpoint(root / name, {key: offset}, file_ops=file_ops)
+            update_offset_checkpoint(root / name, {key: offset}, file_ops=file_ops, hint=hint)
 
 
 def remove_stale_checkpoint_temps(log_dir: str | os.PathLike, *, file_ops: FileOps = DEFAULT_FILE_OPS) -> None:

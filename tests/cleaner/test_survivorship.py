@@ -92,3 +92,19 @@ def test_policy_chooses_between_an_insert_only_log_and_an_updated_one(tmp_path, 
         clean_partition(chosen.directory, settings, now_ms=T0)
         manager.done_cleaning(chosen.directory, result(0))
         assert manager.grab_filthiest() is None, "the insert-only log is not recleaned for nothing"
+
+
+def test_the_survivorship_hint_is_written_without_fsync_and_an_unreadable_one_counts_as_no_history(tmp_path,
+                                                                                                   monkeypatch):
+    """Issue 19: two of a tiny round's fsyncs went to this file, which nothing depends on for safety."""
+    from segments.files import fileio
+
+    fsyncs = []
+    monkeypatch.setattr(fileio.os, "fsync", lambda fd: fsyncs.append(fd))
+    assert survivorship.record(tmp_path, "t", 0, 0.5, 0.5) == 0.5
+    assert fsyncs == []
+    assert survivorship.lookup(tmp_path, "t", 0) == 0.5
+    (tmp_path / survivorship.SURVIVORSHIP_CHECKPOINT).write_bytes(b"\0" * 100)  # what a power cut may leave
+    assert survivorship.lookup(tmp_path, "t", 0) is None and survivorship.read_all(tmp_path) == {}
+    assert survivorship.record(tmp_path, "t", 1, 0.25, 0.5) == 0.25  # replaces it
+    assert survivorship.read_all(tmp_path) == {("t", 1): 0.25}
