@@ -31,7 +31,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from offsetmap import OffsetMap
 from segments.files import faults
@@ -113,7 +113,9 @@ class RoundResult:
         return self.end_offset >= self.first_uncleanable
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        # every field is a number, a string or a bool: a shallow copy is asdict's result, at a tenth of its cost
+        # (`/status` of 10,000 partitions, issue 19)
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     def log_line(self) -> str:
         mb = 1024 * 1024
