@@ -116,6 +116,70 @@ class TransactionTable(NamedTuple):
         return list(map(Transaction, *(column[index].tolist() for column in self)))
 
 
+class _ClosedTransactions:
+    """The closed transactions sorted by producer id, then first offset, searched by (producer id, offset) pairs.
+
+    A search is one `np.searchsorted` over keys that pack a producer's rank and an offset into one int64 while
+    every offset fits beside the rank (always, in practice); otherwise numpy per producer, with the same answers.
+    """
+
+    def __init__(self, table: TransactionTable) -> None:
+        closed = np.flatnonzero(table.marker_offset >= 0)
+        closed = closed[np.argsort(table.first_offset[closed], kind="stable")]
+        closed = closed[np.argsort(table.producer_id[closed], kind="stable")]
+        self.first_offset = table.first_offset[closed]
+        self.marker_offset = table.marker_offset[closed]
+        self.aborted = table.control_type[closed] == fmt.CONTROL_TYPE_ABORT
+        self.data_batches = table.data_batches[closed]
+        self.producers, self.start = np.unique(table.producer_id[closed], return_index=True)
+        self.stop = np.append(self.start[1:], len(closed))
+        self.shift = 63 - max(1, (len(self.producers) - 1).bit_length())
+        rank = np.repeat(np.arange(len(self.producers), dtype=np.int64), self.stop - self.start)
+        packable = bool(np.all((self.first_offset >= 0) & (self.first_offset >> self.shift == 0)
+                                & (self.marker_offset >> self.shift == 0)))
+        self.first_keys = (rank << self.shift) | self.first_offset if packable else None
+        marker_keys = (rank << self.shift) | self.marker_offset
+        # A producer's markers follow the order of its first offsets in any log whose offsets increase.
+        self.marker_keys = marker_keys if packable and bool(np.all(marker_keys[1:] >= marker_keys[:-1])) else None
+
+    def _ranks(self, producer_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rank = np.minimum(np.searchsorted(self.producers, producer_id), len(self.producers) - 1)
+        return rank, self.producers[rank] == producer_id
+
+    def _packed(self, offsets: np.ndarray) -> bool:
+        return bool(np.all((offsets >= 0) & (offsets >> self.shift == 0)))
+
+    def last_starting_at_or_before(self, producer_id: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(j, found): j indexes the producer's last transaction whose first offset is ≤ `offset`, where found.
+        Requires at least one closed transaction (as `ending_at`)."""
+        rank, known = self._ranks(producer_id)
+        keys = self.first_keys
+        if keys is not None and self._packed(offset):
+            j = np.searchsorted(keys, (rank << self.shift) | offset, side="right") - 1
+        else:
+            j = np.full(len(offset), -1, dtype=np.int64)
+            for r in np.unique(rank[known]).tolist():
+                idx = np.flatnonzero(known & (rank == r))
+                start, stop = int(self.start[r]), int(self.stop[r])
+                j[idx] = start + np.searchsorted(self.first_offset[start:stop], offset[idx], side="right") - 1
+        return np.maximum(j, 0), known & (j >= self.start[rank])
+
+    def ending_at(self, producer_id: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(j, found): j indexes the producer's transaction whose marker is at `offset`, where found."""
+        rank, known = self._ranks(producer_id)
+        keys = self.marker_keys
+        if keys is not None and self._packed(offset):
+            wanted = (rank << self.shift) | offset
+            j = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+            return j, known & (keys[j] == wanted)
+        j = np.zeros(len(offset), dtype=np.int64)
+        for r in np.unique(rank[known]).tolist():
+            idx = np.flatnonzero(known & (rank == r))
+            start, stop = int(self.start[r]), int(self.stop[r])
+            j[idx] = start + np.minimum(np.searchsorted(self.marker_offset[start:stop], offset[idx]), stop - start - 1)
+        return j, known & (self.marker_offset[j] == offset)
+
+
 @dataclass
 class LogSurvey:
     """The survey's result; see the module docstring."""
@@ -124,22 +188,11 @@ class LogSurvey:
     producers: dict[int, ProducerState]
     transaction_table: TransactionTable
     bytes_read: int = 0
-    # Per producer: sorted first offsets, marker offsets and kinds of its closed transactions.
-    _by_producer: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _closed: _ClosedTransactions = field(init=False, repr=False, compare=False)
     _producer_table: ProducerTable | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        table = self.transaction_table
-        closed = np.flatnonzero(table.marker_offset >= 0)
-        for pid in np.unique(table.producer_id[closed]).tolist():
-            rows = closed[table.producer_id[closed] == pid]
-            rows = rows[np.argsort(table.first_offset[rows], kind="stable")]
-            self._by_producer[pid] = (
-                table.first_offset[rows],
-                table.marker_offset[rows],
-                table.control_type[rows] == fmt.CONTROL_TYPE_ABORT,
-                table.data_batches[rows],
-            )
+        self._closed = _ClosedTransactions(self.transaction_table)
 
     @property
     def transactions(self) -> list[Transaction]:
@@ -173,39 +226,23 @@ class LogSurvey:
     def aborted_batches(self, producer_id: np.ndarray, base_offset: np.ndarray, transactional: np.ndarray) -> np.ndarray:
         """For data batches: True where the batch belongs to a transaction that ended with an ABORT marker."""
         out = np.zeros(len(producer_id), dtype=bool)
-        candidates = np.nonzero(transactional & (producer_id >= 0))[0]
-        if not len(candidates):
-            return out
-        for pid in np.unique(producer_id[candidates]).tolist():
-            txns = self._by_producer.get(pid)
-            if txns is None:
-                continue
-            firsts, markers, aborted, _ = txns
-            idx = candidates[producer_id[candidates] == pid]
-            j = np.searchsorted(firsts, base_offset[idx], side="right") - 1
-            inside = (j >= 0) & (base_offset[idx] <= markers[np.maximum(j, 0)])
-            out[idx] = inside & aborted[np.maximum(j, 0)]
+        candidates = np.flatnonzero(transactional & (producer_id >= 0))
+        if len(candidates) and len(self._closed.producers):
+            base = base_offset[candidates]
+            j, found = self._closed.last_starting_at_or_before(producer_id[candidates], base)
+            out[candidates] = found & (base <= self._closed.marker_offset[j]) & self._closed.aborted[j]
         return out
 
     def transaction_markers(self, producer_id: np.ndarray, marker_offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For control batches (producer ids, offsets): (is_marker, discardable), numpy per producer.
+        """For control batches (producer ids, offsets): (is_marker, discardable).
 
         is_marker: the batch at that offset is the COMMIT/ABORT marker of one of the producer's transactions
         (other control records end none); discardable: it is, and its transaction has no data batch left.
         """
-        is_marker = np.zeros(len(producer_id), dtype=bool)
-        discardable = np.zeros(len(producer_id), dtype=bool)
-        for pid in np.unique(producer_id).tolist():
-            txns = self._by_producer.get(pid)
-            if txns is None:
-                continue
-            _, markers, _, data_batches = txns
-            idx = np.flatnonzero(producer_id == pid)
-            j = np.minimum(np.searchsorted(markers, marker_offset[idx]), len(markers) - 1)
-            found = markers[j] == marker_offset[idx]
-            is_marker[idx] = found
-            discardable[idx] = found & (data_batches[j] == 0)
-        return is_marker, discardable
+        if not len(self._closed.producers):
+            return np.zeros(len(producer_id), dtype=bool), np.zeros(len(producer_id), dtype=bool)
+        j, found = self._closed.ending_at(producer_id, marker_offset)
+        return found, found & (self._closed.data_batches[j] == 0)
 
     def producer_table(self) -> ProducerTable:
         """The producers' states as arrays sorted by producer id (made once, then cached)."""

@@ -178,10 +178,33 @@ def _window_results(directory, window_bytes: int):
                 yield result
 
 
+def _closed(survey, pid: int) -> list[Transaction]:
+    return sorted((t for t in survey.transactions if t.producer_id == pid and t.marker_offset >= 0),
+                  key=lambda t: t.first_offset)
+
+
+def _reference_aborted(survey, result) -> np.ndarray:
+    """The survey's former aborted_batches, per producer."""
+    out = np.zeros(result.n_batches, dtype=bool)
+    pids = result.producer_id
+    candidates = np.flatnonzero(result.is_transactional & (pids >= 0))
+    for pid in np.unique(pids[candidates]).tolist():
+        closed = _closed(survey, pid)
+        if not closed:
+            continue
+        firsts = np.array([t.first_offset for t in closed])
+        markers = np.array([t.marker_offset for t in closed])
+        aborted = np.array([t.aborted for t in closed])
+        idx = candidates[pids[candidates] == pid]
+        j = np.searchsorted(firsts, result.base_offset[idx], side="right") - 1
+        inside = (j >= 0) & (result.base_offset[idx] <= markers[np.maximum(j, 0)])
+        out[idx] = inside & aborted[np.maximum(j, 0)]
+    return out
+
+
 def _reference_lookup(survey, pid: int, offset: int) -> tuple[bool, bool]:
     """(is a transaction marker, discardable): the survey's former per-marker lookups."""
-    closed = sorted((t for t in survey.transactions if t.producer_id == pid and t.marker_offset >= 0),
-                    key=lambda t: t.first_offset)
+    closed = _closed(survey, pid)
     markers = [t.marker_offset for t in closed]
     j = bisect.bisect_left(markers, offset)
     if j < len(markers) and markers[j] == offset:
@@ -240,16 +263,22 @@ def _reference_producer_last_batches(result, ctx):
     return out
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("seed", range(30))
-def test_the_recopy_decides_markers_and_producers_last_batches_as_the_per_batch_logic(tmp_path, seed):
+def test_the_recopy_decides_markers_and_producers_last_batches_as_the_per_batch_logic(tmp_path, seed, packed):
+    """Also the survey's lookups they and the aborted data rule use, by packed keys and numpy per producer."""
     d = partition_dir(tmp_path)
     _mixed_log(d, seed, leave_open=seed % 3 == 0)
     survey = _survey(d)
+    if not packed:  # as when an offset does not fit beside a producer's rank
+        survey._closed.first_keys = survey._closed.marker_keys = None
     rnd = random.Random(seed)
     for window_bytes in (256, 1 << 20):
         written_new: dict[int, int] = {}
         written_old: dict[int, int] = {}
         for result in _window_results(d, window_bytes):
+            aborted = survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional)
+            assert np.array_equal(aborted, _reference_aborted(survey, result))
             written = ~result.is_control & (np.array([rnd.random() for _ in range(result.n_batches)]) < 0.6)
             for partial in (True, False):
                 new = SimpleNamespace(survey=survey, txn_data_written=None if partial else written_new)
