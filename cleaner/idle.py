@@ -71,7 +71,7 @@ def roll_if_idle(directory, *, max_compaction_lag_ms: int, now_ms: int, config: 
 def maintain_idle_logs(manager, now_ms: int) -> int:
     """Roll every idle compacted log the manager knows; returns how many were rolled."""
     rolled = 0
-    for status in manager.statuses():
+    for status in manager.idle_roll_candidates():
         if status.log_dir in manager.offline_log_dirs:
             continue
         topic = manager.topic_settings(status.topic, status.log_dir)

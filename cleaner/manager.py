@@ -292,6 +292,7 @@ class CleanerManager:
         self._found: dict[Path, dict[Path, tuple[Path, str, int]]] = {}  # ... and the partitions it found
         self._ignored_by_dir: dict[Path, dict[Path, str]] = {}
         self._online_last: list[Path] | None = None  # the log dirs the last discovery listed
+        self._rollable: list[PartitionStatus] | None = None  # idle_roll_candidates, until partitions or settings change
 
     # ---- discovery ----------------------------------------------------------------------------------
 
@@ -332,6 +333,7 @@ class CleanerManager:
         if not changed and online == self._online_last:
             return
         self._online_last = online
+        self._rollable = None
         found: dict[Path, tuple[Path, str, int]] = {}
         ignored: dict[Path, str] = {}
         for log_dir in online:
@@ -436,6 +438,7 @@ class CleanerManager:
         self._view_keys[log_dir] = key
         with self._lock:
             self._topics.clear()
+            self._rollable = None
             self._invalidate_log_dir(log_dir)
 
     def mark_log_dir_offline(self, log_dir: Path, reason: str) -> None:
@@ -463,6 +466,7 @@ class CleanerManager:
             self.log_dirs = [Path(d) for d in log_dirs]
             self._settings_generation += 1
             self._topics.clear()
+            self._rollable = None
             self._stale.update(self.partitions)
         self.discover()  # new settings may decide topics differently: resolve every policy again now
 
@@ -914,6 +918,16 @@ class CleanerManager:
         """Every partition's live status (not copies: read them, do not change them)."""
         with self._lock:
             return list(self.partitions.values())
+
+    def idle_roll_candidates(self) -> list[PartitionStatus]:
+        """The partitions of compacted topics with a finite `max.compaction.lag.ms` (`cleaner.idle` may roll
+        them); worked out again only when the partitions, the settings or a cluster view change."""
+        rollable = self._rollable
+        if rollable is None:
+            rollable = [s for s in self.statuses() if (topic := self.topic_settings(s.topic, s.log_dir)).compact
+                        and topic.max_compaction_lag_ms < 2**63 - 1]
+            self._rollable = rollable
+        return rollable
 
     def retention_candidates(self) -> list[PartitionStatus]:
         """The partitions a retention pass must open: all but the compacted logs without `delete` in their

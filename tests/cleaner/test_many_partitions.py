@@ -209,3 +209,11 @@ def test_retention_opens_no_compacted_log_with_nothing_below_its_log_start(log_d
     assert manager.grab_filthiest() is None
     assert manager.retention_candidates() == []
     assert may_delete_below_log_start([0, 7], 7) and not may_delete_below_log_start([0, 7], 6)
+
+
+def test_idle_maintenance_looks_only_at_topics_with_a_finite_max_compaction_lag(log_dir):
+    manager = make_manager(log_dir)
+    assert manager.idle_roll_candidates() == []  # Kafka's default: no lag, nothing to roll, nothing looked at
+    manager.reconfigure(Settings.from_mappings({"cleanup.policy": "compact"}, {"t": {"max.compaction.lag.ms": 1000}}),
+                        [log_dir])
+    assert sorted(s.directory.name for s in manager.idle_roll_candidates()) == [f"t-{p}" for p in range(5)]
