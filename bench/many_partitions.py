@@ -24,9 +24,11 @@ For each partition count (`--partitions 1000,2000,5000,10000`):
    less the time to the first `/healthz` answer, over N (everything a partition costs the daemon: selection,
    opening, the round, checkpoints, metrics); "round ms" = the median of the rounds' own `elapsed_s`
    (`clean_round`, from `/status`); CPU = the daemon's user + system time from `/proc/<pid>/stat` over that
-   time. Then `--idle-s` (default 60) seconds of the idle daemon: its CPU share
-   (from /proc, 100% = one core) and its resident memory (`VmRSS`, and the peak `VmHWM`, from
-   `/proc/<pid>/status`); SIGTERM, exit 0 expected;
+   time. Then `--settle-s` (default 30) seconds in which each cleaned partition is read once more (a round leaves
+   its directory's mtime younger than `RACY_NS`, so its first probe after the round reads it again: "settle
+   CPU %"), then `--idle-s` (default 60) seconds of the idle daemon: its CPU share (from /proc, 100% = one
+   core) and its resident memory (`VmRSS`, and the peak `VmHWM`, from `/proc/<pid>/status`); SIGTERM, exit 0
+   expected;
 4. `logcleaner clean LOGDIR --json --set cleanup.policy=compact` over another copy, one thread: its wall and CPU
    time against the sum of its rounds' `elapsed_s` (what is not in a round: start-up, finding and planning the
    partitions, opening each, retention, the outcome lines).
@@ -35,8 +37,8 @@ The table: one row per partition count; "load" is the 1-minute load average befo
 shared). The plot (`--plot`, default `bench/many_partitions.png`): selection-pass time and per-partition daemon
 cost against the partition count. A benchmark measures; it never asserts a time.
 
-Usage: python bench/many_partitions.py [--partitions 1000,2000,5000,10000] [--passes 200] [--idle-s 60]
-                                       [--poll-s 0.5] [--data-dir DIR] [--keep] [--plot bench/many_partitions.png]
+Usage: python bench/many_partitions.py [--partitions 1000,2000,5000,10000] [--passes 200] [--settle-s 30]
+                                       [--idle-s 60] [--poll-s 0.5] [--skip-clean] [--data-dir DIR] [--keep] [--plot bench/many_partitions.png]
 """
 
 from __future__ import annotations
@@ -151,7 +153,8 @@ def _all_clean(status: dict, partitions: int) -> bool:
         p["state"] == "idle" and p["rounds"] >= 1 and p["dirty_ratio"] == 0 for p in parts)
 
 
-def _daemon(log_dir: Path, partitions: int, *, poll_s: float, idle_s: float, timeout_s: float) -> dict:
+def _daemon(log_dir: Path, partitions: int, *, poll_s: float, settle_s: float, idle_s: float,
+            timeout_s: float) -> dict:
     """A real `logcleaner run` over `log_dir` until every partition is clean, then `idle_s` idle."""
     port = _free_port()
     config = log_dir.parent / f"{log_dir.name}.toml"
@@ -191,6 +194,9 @@ def _daemon(log_dir: Path, partitions: int, *, poll_s: float, idle_s: float, tim
                    round_ms=1000 * statistics.median(rounds) if rounds else float("nan"),
                    rounds=sum(p["rounds"] for p in status["partitions"]))
         rss_clean, _ = _proc_memory_mib(proc.pid)
+        settle_from, settle_cpu_from = time.perf_counter(), _proc_cpu_s(proc.pid)
+        time.sleep(settle_s)
+        out["settle_cpu_pct"] = 100 * (_proc_cpu_s(proc.pid) - settle_cpu_from) / (time.perf_counter() - settle_from)
         idle_from, idle_cpu_from = time.perf_counter(), _proc_cpu_s(proc.pid)
         time.sleep(idle_s)
         idle_wall = time.perf_counter() - idle_from
@@ -294,6 +300,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", default="1000,2000,5000,10000")
     parser.add_argument("--passes", type=int, default=200)
+    parser.add_argument("--settle-s", type=float, default=30.0)
     parser.add_argument("--idle-s", type=float, default=60.0)
     parser.add_argument("--poll-s", type=float, default=0.5)
     parser.add_argument("--timeout-s", type=float, default=900.0, help="give a daemon run up after this")
@@ -319,7 +326,8 @@ def main() -> int:
             shutil.rmtree(dirty)
             daemon_dir = root / f"daemon-{n}"
             _copy(pristine, daemon_dir)
-            row.update(_daemon(daemon_dir, n, poll_s=args.poll_s, idle_s=args.idle_s, timeout_s=args.timeout_s))
+            row.update(_daemon(daemon_dir, n, poll_s=args.poll_s, settle_s=args.settle_s, idle_s=args.idle_s,
+                               timeout_s=args.timeout_s))
             row.update(_selection_idle(daemon_dir, args.passes))
             if not args.skip_clean:
                 clean_dir = root / f"clean-{n}"
@@ -334,7 +342,7 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     header = ("| partitions | load | first pass s | pass ms (dirty) | pass ms (idle) | probe-all pass ms | daemon: all "
-              "clean s | per partition ms | round ms | daemon CPU s | idle CPU % | RSS MiB (peak) | clean wall s | "
+              "clean s | per partition ms | round ms | daemon CPU s | settle CPU % | idle CPU % | RSS MiB (peak) | clean wall s | "
               "clean rounds s | clean CPU s |")
     print(header)
     print("|" + "---:|" * (header.count("|") - 1))
@@ -342,7 +350,7 @@ def main() -> int:
         print(f"| {r['partitions']} | {r['load']:.1f} | {r['first_pass_s']:.2f} | {r['pass_ms']:.2f} | "
               f"{r['idle_pass_ms']:.2f} | {r['probe_all_ms']:.1f} | {r['clean_s']:.1f}"
               f"{' (' + r['timed_out'] + ')' if 'timed_out' in r else ''} | {r['per_partition_ms']:.1f} | "
-              f"{r['round_ms']:.1f} | {r['cpu_clean_s']:.1f} | {r['idle_cpu_pct']:.2f} | {r['rss_mib']:.0f} "
+              f"{r['round_ms']:.1f} | {r['cpu_clean_s']:.1f} | {r['settle_cpu_pct']:.2f} | {r['idle_cpu_pct']:.2f} | {r['rss_mib']:.0f} "
               f"({r['hwm_mib']:.0f}) | {r.get('clean_wall_s', float('nan')):.1f} | "
               f"{r.get('clean_rounds_s', float('nan')):.1f} | {r.get('clean_cpu_s', float('nan')):.1f} |")
     if args.plot:
