@@ -60,14 +60,25 @@ _TABLE = _tables()
 _LANES = (8192, 256)  # bytes per lane, as Mark Adler's crc32c.c (the crc32c package's); multiples of _WORD
 
 
+def _apply(op: np.ndarray, registers: np.ndarray) -> np.ndarray:
+    """The GF(2)-linear map `op` (op[i]: the image of the register 1 << i) applied to each of `registers`."""
+    bits = (registers[:, None] >> np.arange(32, dtype=np.int64)) & 1
+    return np.bitwise_xor.reduce(np.where(bits == 1, op[None, :], 0), axis=1)
+
+
 def _shift_tables(lane: int) -> np.ndarray:
     """4 x 256 tables: row k, entry b = the CRC register b << 8k after `lane` zero bytes (no inversion), so a
-    register's shift is the XOR of four lookups (the shift is linear)."""
-    c = (np.arange(256, dtype=np.int64)[None, :] << (8 * np.arange(4, dtype=np.int64))[:, None]).ravel()
-    t = _TABLE.astype(np.int64)
-    for _ in range(lane // _WORD):  # one slicing-by-8 round of eight zero bytes
-        c = t[7, c & 0xFF] ^ t[6, (c >> 8) & 0xFF] ^ t[5, (c >> 16) & 0xFF] ^ t[4, c >> 24]
-    return c.reshape(4, 256).astype(np.uint32)
+    register's shift is the XOR of four lookups (the shift is linear). The map of one zero byte is raised to the
+    `lane`-th power by squaring."""
+    basis = np.int64(1) << np.arange(32, dtype=np.int64)
+    op = (basis >> 8) ^ _TABLE[0, basis & 0xFF].astype(np.int64)  # one zero byte
+    shift, n = basis, lane
+    while n:
+        if n & 1:
+            shift = _apply(op, shift)
+        op, n = _apply(op, op), n >> 1
+    registers = (np.arange(256, dtype=np.int64)[None, :] << (8 * np.arange(4, dtype=np.int64))[:, None]).ravel()
+    return _apply(shift, registers).reshape(4, 256).astype(np.uint32)
 
 
 _SHIFT = np.stack([_shift_tables(lane) for lane in _LANES])
