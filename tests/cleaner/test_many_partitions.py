@@ -217,3 +217,22 @@ def test_idle_maintenance_looks_only_at_topics_with_a_finite_max_compaction_lag(
     manager.reconfigure(Settings.from_mappings({"cleanup.policy": "compact"}, {"t": {"max.compaction.lag.ms": 1000}}),
                         [log_dir])
     assert sorted(s.directory.name for s in manager.idle_roll_candidates()) == [f"t-{p}" for p in range(5)]
+
+
+def test_the_clock_alone_makes_a_partition_eligible_when_its_range_changes_without_a_probe(tmp_path):
+    """A segment leaving min.compaction.lag.ms changes nothing on disk: the pass that reaches the time
+    `cleanable_range` gave (`changes_at_ms`) works the partition out again, probes or not."""
+    root = tmp_path / "logs"
+    root.mkdir()
+    write(root / "t-0", 7)  # one inactive segment of records at T0 .. T0 + 6, all dirty
+    age(root)
+    settings = Settings.from_mappings({"cleanup.policy": "compact"}, {"t": {"min.compaction.lag.ms": 60_000}})
+    clock = Clock(T0 + 1_000)
+    manager = CleanerManager([root], settings, clock_ms=clock, probe_interval_ms=3_600_000)
+    manager.discover()
+    assert manager.grab_filthiest() is None  # every segment is inside the lag
+    clock.now_ms = T0 + 6 + 60_000 - 1
+    assert manager.grab_filthiest() is None
+    clock.now_ms = T0 + 6 + 60_000  # the segment's largest timestamp (T0 + 6) leaves the lag
+    candidate = manager.grab_filthiest()
+    assert candidate is not None and candidate.directory == root / "t-0"
