@@ -30,7 +30,7 @@ from pathlib import Path
 
 from offsetmap import OffsetMap
 from segments.codec.errors import LogStateError, SegmentError, display_path
-from segments.files.fileio import DEFAULT_FILE_OPS, FileOps
+from segments.files.fileio import DEFAULT_FILE_OPS, BackgroundRemover, FileOps
 from segments.files.names import parse_segment_file_name
 from segments.files.pathcheck import describe_os_error, find_partition_dirs, partition_dir_name_problem
 from segments.files.readahead import WindowRing
@@ -164,6 +164,7 @@ def clean_partition(
     file_ops: FileOps = DEFAULT_FILE_OPS,
     throttle: Throttle | None = None,
     check_abort: Callable[[], None] | None = None,
+    remover: BackgroundRemover | None = None,
 ) -> PartitionOutcome:
     """Clean one partition directory in rounds until done (one round with `once` or `dry_run`).
 
@@ -205,7 +206,8 @@ def clean_partition(
     try:
         # A dry run reads as a reader does: no lock file, no index rebuilt on disk, nothing written at all.
         mode: Mode = "reader" if dry_run else "cleaner"
-        with PartitionLog.open(directory, mode=mode, config=config, file_ops=file_ops) as plog:
+        with PartitionLog.open(directory, mode=mode, config=config, file_ops=file_ops,
+                               remover=remover if mode == "cleaner" else None) as plog:
             if forced_from is not None and not plog.log_start_offset <= forced_from <= plog.log_end_offset:
                 raise LogStateError(f"{display_path(directory)}: --from-offset {forced_from} is outside the log "
                                     f"[{plog.log_start_offset}, {plog.log_end_offset}]")
@@ -310,6 +312,7 @@ def clean_planned(
     of `report`'s, such as a closed pipe) and the exception propagates.
     """
     stopping = threading.Event()
+    remover = BackgroundRemover()  # the swaps' `.deleted` files, removed while the threads go on; drained at the end
     changed = threading.Condition()
     io_lock = threading.Lock()  # on_bytes and report: one at a time (a progress bar is not thread-safe)
     pending = collections.deque(_largest_first(plan))
@@ -339,6 +342,7 @@ def clean_planned(
                     planned.directory, planned.view.settings, now_ms=now_ms, policy=planned.policy,
                     offset_map=offset_map, forced_from=forced_from, forced_to=forced_to, dry_run=dry_run, once=once,
                     on_bytes=counted, throttle=throttle_for(planned.directory.parent), check_abort=check_abort,
+                    remover=remover,
                 )
             except CleaningAbortedError:
                 outcome = None
@@ -371,6 +375,7 @@ def clean_planned(
         stopping.set()
         for worker in workers:
             worker.join()
+        remover.drain()
         if not isinstance(exc, OSError):
             for i in range(reported, len(plan)):
                 if (outcome := finished.get(i)) is not None:
@@ -378,3 +383,4 @@ def clean_planned(
         raise
     for worker in workers:
         worker.join()
+    remover.drain()

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from offsetmap import OffsetMap
 from segments.codec.errors import LockTimeoutError, LogDirOwnedError
+from segments.files.fileio import BackgroundRemover
 from segments.files.readahead import WindowRing
 from segments.partition.log import PartitionLog
 
@@ -76,6 +77,7 @@ class CleanerPool:
         self._busy: dict[int, int] = {}  # thread index -> device being cleaned
         self._next_retention_ms = 0
         self.dead_threads = 0
+        self.remover = BackgroundRemover()  # the swaps' `.deleted` files, removed off the cleaner threads
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -126,7 +128,10 @@ class CleanerPool:
             threads = list(self._threads.values())
         for thread in threads:
             thread.join(timeout_s)
-        return not any(t.is_alive() for t in threads)
+        stopped = not any(t.is_alive() for t in threads)
+        if stopped:
+            self.remover.drain()
+        return stopped
 
     def wait_stopping(self, seconds: float) -> bool:
         """Sleep up to `seconds`, waking at once when the pool stops (the throttle's sleep)."""
@@ -224,7 +229,8 @@ class CleanerPool:
         config = topic.log_config()
         try:
             log.info("cleaning dir=%s reason=%s dirty_ratio=%.3f", directory, candidate.reason, candidate.dirty_ratio)
-            with PartitionLog.open(Path(directory), mode="cleaner", config=config, lock_timeout_s=_LOCK_WAIT_S) as plog:
+            with PartitionLog.open(Path(directory), mode="cleaner", config=config, lock_timeout_s=_LOCK_WAIT_S,
+                                   remover=self.remover) as plog:
                 result = launch.launch_round(
                     plog, topic, self.manager.settings.cleaner, offset_map, throttle, self.clock_ms,
                     ring=ring, check_abort=check_abort, on_bytes=on_bytes, force_recopy=candidate.force_recopy,

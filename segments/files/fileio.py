@@ -1,7 +1,7 @@
 """The filesystem operations whose ordering and durability matter, behind one injectable object.
 
-Owns fsync of files and directories, atomic rename, removal and the write-tmp-fsync-rename discipline
-of checkpoint files. Everything that must survive a crash in a known state (checkpoints, the swap of
+Owns fsync of files and directories, atomic rename, removal (also on a thread of its own:
+`BackgroundRemover`) and the write-tmp-fsync-rename discipline of checkpoint files. Everything that must survive a crash in a known state (checkpoints, the swap of
 cleaned segments, segment rolls) goes through a `FileOps` instance, so a test can pass a subclass that
 fails or kills the process at a chosen step and a power-loss model can drop what was not fsynced.
 It holds no state of its own.
@@ -9,12 +9,17 @@ It holds no state of its own.
 
 from __future__ import annotations
 
+import logging
 import os
+import queue
+import threading
 from pathlib import Path
 
 from . import faults
 
-__all__ = ["FileOps", "DEFAULT_FILE_OPS"]
+__all__ = ["BackgroundRemover", "FileOps", "DEFAULT_FILE_OPS"]
+
+log = logging.getLogger(__name__)
 
 
 class FileOps:
@@ -103,3 +108,42 @@ def _fd_path(fd: int) -> str:
 
 
 DEFAULT_FILE_OPS = FileOps()
+
+
+class BackgroundRemover:
+    """Removes files on a thread of its own, in the order handed over, so that a swap's `.deleted` files do not
+    hold up the round that made them (Kafka also deletes them later, after `file.delete.delay.ms`).
+
+    Unlinking a file of a GB frees its page-cache pages in the kernel: ~0.2 s per GB, on the round's thread
+    until then. A file left when the process ends (a crash) is removed by recovery at the next open of its log
+    (`segments.partition.recovery`: `.deleted` files are never part of a log). A removal that fails is logged
+    and left to that recovery. `drain()` waits until every file handed over so far is gone; the owner calls it
+    before it reports disk usage or exits.
+    """
+
+    def __init__(self, file_ops: FileOps | None = None) -> None:
+        self._file_ops = file_ops or DEFAULT_FILE_OPS
+        self._queue: queue.Queue[list[Path] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="logcleaner-remover", daemon=True)
+        self._thread.start()
+
+    def remove(self, paths: list[Path]) -> None:
+        """Remove `paths` soon, in this order (files already gone are no error)."""
+        self._queue.put(list(paths))
+
+    def drain(self) -> None:
+        """Wait until every file handed over so far has been removed (or its removal failed)."""
+        self._queue.join()
+
+    def _run(self) -> None:
+        while True:
+            paths = self._queue.get()
+            try:
+                for path in paths or ():
+                    try:
+                        self._file_ops.remove(path)
+                    except OSError as exc:
+                        log.warning(
+                            "could not remove %s (%s); the next open of its log removes it", path, exc)
+            finally:
+                self._queue.task_done()

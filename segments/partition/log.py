@@ -43,7 +43,7 @@ from ..codec.errors import (
 )
 from ..codec.records import Record, RecordBatch, encode_batch
 from ..files import faults, pathcheck
-from ..files.fileio import DEFAULT_FILE_OPS, FileOps
+from ..files.fileio import DEFAULT_FILE_OPS, BackgroundRemover, FileOps
 from ..files.names import parse_segment_file_name
 from ..files.segment import FetchData, LogSegment, segment_paths
 from .checkpoint import (
@@ -216,6 +216,7 @@ class PartitionLog:
         self.config = config
         self.file_ops = file_ops
         self.clock_ms = clock_ms
+        self.remover: BackgroundRemover | None = None  # where a swap's `.deleted` files go (None: removed at once)
         self._mutex = threading.RLock()
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
@@ -244,8 +245,11 @@ class PartitionLog:
         clock_ms: Callable[[], int] | None = None,
         create: bool = False,
         lock_timeout_s: float = _LOCK_TIMEOUT_S_DEFAULT,
+        remover: BackgroundRemover | None = None,
     ) -> "PartitionLog":
         """Open (with `create`, make) the partition directory and recover it as far as `mode` allows.
+
+        With `remover`, the files a swap leaves as `.deleted` are removed on its thread, not in the swap.
 
         Raises `LockTimeoutError` if another writer (mode "writer") or cleaner (mode "cleaner") has it,
         `CorruptRecordError` for corruption that is not a torn tail (nothing is changed then).
@@ -261,6 +265,7 @@ class PartitionLog:
         pathcheck.check_partition_dir(directory)
         self = cls(directory, mode, config or LogConfig(), file_ops, clock_ms or (lambda: int(time.time() * 1000)))
         self._lock_timeout_s = lock_timeout_s
+        self.remover = remover
         try:
             self._open()
         except BaseException:
@@ -779,7 +784,8 @@ class PartitionLog:
         Requires: every new segment is finalised (fsynced, mtime set) with suffix `.cleaned`; the old
         segments are consecutive, below the active segment, and currently part of this log. Follows
         Kafka's order: `.cleaned → .swap` in descending base order, fsync dir; old files `→ .deleted` in
-        ascending order, fsync dir; `.swap → ""`, fsync dir; then delete the `.deleted` files.
+        ascending order, fsync dir; `.swap → ""`, fsync dir; then delete the `.deleted` files (on the
+        `remover`'s thread if the log has one).
         """
         if self.mode != "cleaner":
             raise LogStateError(f"{self.directory}: only the cleaner swaps segments")
@@ -814,12 +820,18 @@ class PartitionLog:
                     faults.hit("swap.renamed_live")
                 self.file_ops.fsync_dir(self.directory)
                 for old in old_segments:
-                    old.delete_files()
-                    faults.hit("swap.old_deleted")
                     # Producer snapshots of merged-away segments go too (Kafka deletes them likewise).
                     snapshot = self.directory / fmt.offset_file_name(old.base_offset, fmt.SNAPSHOT_SUFFIX)
-                    if old.base_offset not in {n.base_offset for n in new_segments}:
-                        self.file_ops.remove(snapshot)
+                    merged_away = old.base_offset not in {n.base_offset for n in new_segments}
+                    if self.remover is None:
+                        old.delete_files()
+                        faults.hit("swap.old_deleted")
+                        if merged_away:
+                            self.file_ops.remove(snapshot)
+                    else:  # the files are no longer part of the log: removed soon, off this thread
+                        old.close()
+                        self.remover.remove([*old.paths.all(), *([snapshot] if merged_away else [])])
+                        faults.hit("swap.old_deleted")
                 old_bases = {o.base_offset for o in old_segments}
                 keep = [s for s in self._segments if s.base_offset not in old_bases]
                 for new in new_segments:

@@ -162,6 +162,8 @@ def test_two_threads_leave_the_same_files_and_say_the_same_as_one(tmp_path):
     assert any(s["rounds"] > 1 for s in outcomes[1][1])  # the small maps made several rounds
     assert outcomes[2][0] == outcomes[1][0]
     assert outcomes[2][1] == outcomes[1][1]
+    # The swaps' `.deleted` files are removed off the threads, and gone when the command returns.
+    assert not [name for name in outcomes[2][0] if name.endswith((".deleted", ".swap", ".cleaned"))]
 
 
 def test_clean_accepts_log_cleaner_threads(tmp_path):
@@ -222,3 +224,23 @@ def test_a_stop_signal_aborts_the_running_rounds_and_ends_as_before(tmp_path, si
     assert sorted(p.name for p in markers.iterdir()) == ["started-a-0", "started-b-0"]  # c-0 never taken
     assert {p: p.read_bytes() for p in logs.rglob("*.log")} == before  # aborted: left as they were
     assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap"))]
+
+
+def test_clean_returns_once_the_swaps_deleted_files_are_gone(tmp_path, monkeypatch):
+    """The remover thread is slow here: `clean` still returns only after it removed every `.deleted` file."""
+    from segments.files import fileio
+
+    real_remove = fileio.FileOps.remove
+
+    def slow_remove(self, path):
+        if threading.current_thread().name == "logcleaner-remover":
+            time.sleep(0.01)
+        real_remove(self, path)
+
+    monkeypatch.setattr(fileio.FileOps, "remove", slow_remove)
+    logs = tmp_path / "logs"
+    for name in ("a-0", "b-0"):
+        generate_partition(logs / name, SPEC)
+    code, output = _clean("--set", "log.cleaner.threads=2", str(logs))
+    assert code == 0, output
+    assert not [name for name in _files(logs) if name.endswith(".deleted")]

@@ -230,7 +230,9 @@ def test_daemon_compacts_every_partition_to_the_latest_value_per_key_while_a_wri
     writer_latest = {k.encode(): (offset, value.encode()) for k, (offset, value) in json.loads(written.read_text()).items()}
     assert_compacted_to(env.partition_dir("orders-0"), writer_latest)
     assert verify_paths([env.log_dir]).problems == []
-    assert all(leftovers(env.partition_dir(n)) == [] for n in names)
+    # A swap's `.deleted` files are removed on the daemon's remover thread, soon after the round.
+    wait_until(lambda: all(leftovers(env.partition_dir(n)) == [] for n in names), timeout_s=ROUND_TIMEOUT_S,
+               what="no .cleaned, .swap or .deleted file left")
     assert daemon.metric("logcleaner_rounds_total", result="failed") == 0
 
 

@@ -8,10 +8,12 @@ temporary files left.
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
 from segments.codec import format as fmt
+from segments.files.fileio import BackgroundRemover, FileOps
 from segments.files.names import parse_segment_file_name
 from segments.partition.log import PartitionLog
 from segments.partition.recovery import recover_leftovers
@@ -224,3 +226,63 @@ def test_a_swap_file_no_swap_could_have_written_stops_recovery_before_anything_c
             PartitionLog.open(d, mode=mode).close()
         assert info.value.path == str(stray), (mode, info.value)
     assert _files(d) == before
+
+
+class _GatedFileOps(FileOps):
+    """Removals wait until `gate` is set: what a swap leaves for its remover is seen before it goes."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.removed: list[str] = []
+
+    def remove(self, path) -> None:
+        self.gate.wait(10)
+        self.removed.append(os.path.basename(path))
+        super().remove(path)
+
+
+def test_with_a_remover_the_swap_hands_the_deleted_files_over_and_the_log_is_already_the_new_one(tmp_path):
+    d, old, new = setup_log(tmp_path)
+    ops = _GatedFileOps()
+    remover = BackgroundRemover(ops)
+    with PartitionLog.open(d, mode="cleaner", remover=remover) as log:
+        group = log.segments[0:3]
+        log.replace_segments([build_cleaned_group(log, group)], group)
+        # The swap is done: the log is the new one while the old files still wait for the remover.
+        assert read_all(d) == new
+        pending = leftovers(d)
+        assert pending and all(n.endswith(fmt.DELETED_SUFFIX) for n in pending)
+    ops.gate.set()
+    remover.drain()
+    assert leftovers(d) == [] and not verify_paths([d]).problems
+    assert set(pending) <= set(ops.removed)
+    assert read_all(d) == new
+
+
+def test_deleted_files_a_process_never_removed_go_at_the_next_open(tmp_path):
+    d, old, new = setup_log(tmp_path)
+    ops = _GatedFileOps()  # never opened: the process "ends" with the files still handed over
+    with PartitionLog.open(d, mode="cleaner", remover=BackgroundRemover(ops)) as log:
+        group = log.segments[0:3]
+        log.replace_segments([build_cleaned_group(log, group)], group)
+    assert leftovers(d)
+    with PartitionLog.open(d, mode="cleaner"):
+        pass
+    assert leftovers(d) == [] and read_all(d) == new
+    ops.gate.set()
+
+
+def test_a_removal_that_fails_is_logged_and_the_remover_goes_on(tmp_path, caplog):
+    class Failing(FileOps):
+        def remove(self, path) -> None:
+            if str(path).endswith("a"):
+                raise PermissionError(13, "Permission denied", str(path))
+            super().remove(path)
+
+    (tmp_path / "a").write_text("x")
+    (tmp_path / "b").write_text("x")
+    remover = BackgroundRemover(Failing())
+    remover.remove([tmp_path / "a", tmp_path / "b", tmp_path / "missing"])
+    remover.drain()
+    assert (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert "could not remove" in caplog.text and "next open of its log removes it" in caplog.text
