@@ -330,10 +330,10 @@ def test_clean_holds_its_io_to_the_budget(tmp_path):
     throttled = _clean(*_set("log.cleaner.io.max.bytes.per.second", str(rate)), "--now-ms", str(SOON),
                        str(_copy(template, tmp_path, "throttled")))[0]
     free = _clean("--now-ms", str(SOON), str(_copy(template, tmp_path, "free")))[0]
-    io = throttled["bytes_read"] + throttled["bytes_written"]
+    io = throttled["survey_bytes_read"] + throttled["bytes_read"] + throttled["bytes_written"]  # all charged
     assert io >= 2 * rate
     assert throttled["elapsed_s"] >= (io - rate * WINDOW_S) / rate
-    assert (free["bytes_read"] + free["bytes_written"]) / free["elapsed_s"] > rate
+    assert (free["survey_bytes_read"] + free["bytes_read"] + free["bytes_written"]) / free["elapsed_s"] > rate
 
 
 @pytest.mark.parametrize("name", _names("clean:kraft-metadata"))
@@ -499,7 +499,10 @@ def test_the_daemons_retention_passes_follow_the_check_interval(tmp_path, name):
         value = minutes * 60_000 if name == "log.retention.check.interval.ms" else minutes
         root = tmp_path / str(minutes)
         _half_dirty(root)
-        daemon = _daemon(root, {name: value, "log.cleaner.enable": False}, clock_ms=clock_ms)
+        # compact,delete: a retention pass opens the log every time (a compacted-only log with nothing below
+        # its log start is not opened at all: `CleanerManager.retention_candidates`)
+        daemon = _daemon(root, {name: value, "log.cleaner.enable": False, "cleanup.policy": "compact,delete"},
+                         clock_ms=clock_ms)
         count = []
         original = daemon.manager.begin_maintenance
         daemon.manager.begin_maintenance = lambda directory: count.append(directory) or original(directory)
