@@ -333,10 +333,9 @@ def cached_offset_checkpoint(
     which later writes through this module change in place; the content's version; the foreign version,
     which changes only when someone other than this process changed the file). Raises as
     `read_offset_checkpoint`."""
-    data = _read_limited(path, checkpoint_bytes_max)
     cache = _cache_of(path)
-    with cache.lock:
-        cache.load(data, path, checkpoint_bytes_max)
+    with cache.lock:  # read under the lock: bytes read before another thread's update would be taken as newer
+        cache.load(_read_limited(path, checkpoint_bytes_max), path, checkpoint_bytes_max)
         return MappingProxyType(cache.entries), cache.version, cache.foreign_version
 
 
@@ -361,17 +360,16 @@ def update_offset_checkpoint(
     """Read the checkpoint at `path`, drop `removals`, then set `updates`, and write it atomically.
 
     The order is Kafka's (`LogCleanerManager.updateCheckpoints`): a partition both removed and updated
-    ends up with the updated value. Not atomic against other writers: the caller holds the lock that
-    serialises writers of this file. Returns what was written. With `hint` (a file
+    ends up with the updated value. Threads of this process are serialised by the file's cache lock
+    (the file is read under it too); writers in other processes by the lock the caller holds. Returns what was written. With `hint` (a file
     nothing depends on for safety: the survivorship checkpoint), nothing is fsynced and an unreadable file is
     replaced instead of raising. Raises `CheckpointError` if the current
     file cannot be parsed (nothing is written then).
     """
-    data = _read_limited(path, CHECKPOINT_BYTES_MAX)
     cache = _cache_of(path)
-    with cache.lock:
+    with cache.lock:  # read under the lock, as in cached_offset_checkpoint
         try:
-            cache.load(data, path, CHECKPOINT_BYTES_MAX)
+            cache.load(_read_limited(path, CHECKPOINT_BYTES_MAX), path, CHECKPOINT_BYTES_MAX)
         except CheckpointError:
             if not hint:
                 raise

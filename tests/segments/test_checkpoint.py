@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import os
 import tempfile
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -335,3 +337,33 @@ def test_random_updates_over_foreign_rewrites_always_leave_the_canonical_bytes(t
         model.update(updates)
         assert cp.update_offset_checkpoint(path, updates, removals) == model
         assert path.read_bytes() == cp.encode_offset_checkpoint(model)
+
+
+def test_two_threads_updating_one_checkpoint_at_once_lose_neither_update(tmp_path, monkeypatch):
+    """Two cleaner threads finish rounds of two partitions of one log dir at the same moment: each reads the
+    file, then updates it. A read taken outside the cache's lock, before the other thread's write, would be
+    taken as the newer content: the other partition's checkpoint lost (and that partition cleaned again)."""
+    from segments.partition import checkpoint as module
+
+    path = tmp_path / "cleaner-offset-checkpoint"
+    module.update_offset_checkpoint(path, {("t", 0): 1, ("t", 1): 1})
+    real_read = module._read_limited
+    slow = threading.Event()
+
+    def read_then_pause(p, bytes_max):
+        data = real_read(p, bytes_max)
+        if threading.current_thread().name == "slow" and not slow.is_set():
+            slow.set()
+            time.sleep(0.2)  # the other thread's update runs now, unless this read holds the cache's lock
+        return data
+
+    monkeypatch.setattr(module, "_read_limited", read_then_pause)
+    first = threading.Thread(target=module.update_offset_checkpoint, args=(path, {("t", 0): 100}), name="slow")
+    first.start()
+    assert slow.wait(5)
+    second = threading.Thread(target=module.update_offset_checkpoint, args=(path, {("t", 1): 200}))
+    second.start()
+    first.join(5)
+    second.join(5)
+    assert module.read_offset_checkpoint(path) == {("t", 0): 100, ("t", 1): 200}
+    assert dict(module.cached_offset_checkpoint(path)[0]) == {("t", 0): 100, ("t", 1): 200}
