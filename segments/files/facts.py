@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codec import format as fmt
+from ..codec.control import control_types
 from ..codec.errors import CorruptRecordError
 from ..codec.records import decode_batch, decode_control_key
 from .readahead import WindowRing
@@ -141,6 +142,12 @@ class SegmentWalk:
             self.position = result.end_position
             # Only transactional data batches and control batches of a producer change its transactions.
             relevant = np.flatnonzero((result.producer_id >= 0) & (result.is_transactional | result.is_control))
+            if not len(relevant):
+                continue
+            # The control records' types in one compiled call; a batch it leaves undecided is decoded below.
+            markers = relevant[result.is_control[relevant] & (result.records_count[relevant] != 0)]
+            types, decided = control_types(result, markers, crc_checked=False)
+            known = {int(b): int(t) for b, t, d in zip(markers.tolist(), types.tolist(), decided.tolist()) if d}
             for i in relevant.tolist():
                 position = int(result.batch_position[i])
                 if not result.is_control[i]:
@@ -148,7 +155,7 @@ class SegmentWalk:
                 elif result.records_count[i] != 0:
                     local = position - result.base_position
                     self._end_transaction(segment, position, window[local: local + int(result.batch_size[i])],
-                                          int(result.producer_id[i]), int(result.last_offset[i]))
+                                          int(result.producer_id[i]), int(result.last_offset[i]), known.get(i))
 
     def _note_horizon(self, horizon_ms: int) -> None:
         if self.earliest_delete_horizon_ms < 0 or horizon_ms < self.earliest_delete_horizon_ms:
@@ -159,13 +166,16 @@ class SegmentWalk:
             self._open[pid] = first_offset
             self._summary = None
 
-    def _end_transaction(self, segment: LogSegment, position: int, data, pid: int, marker: int) -> None:
-        """A control batch with records at `position` (`data`: its bytes): a marker ends `pid`'s transaction."""
-        try:
-            batch = decode_batch(data, 0)
-            _, control_type = decode_control_key(batch.records[0].key)
-        except CorruptRecordError as exc:
-            raise exc.located(segment.paths.log, position) from None
+    def _end_transaction(self, segment: LogSegment, position: int, data, pid: int, marker: int,
+                         control_type: int | None = None) -> None:
+        """A control batch with records at `position` (`data`: its bytes): a marker ends `pid`'s transaction.
+        `control_type`, when known (`control_types`), saves decoding the batch."""
+        if control_type is None:
+            try:
+                batch = decode_batch(data, 0)
+                _, control_type = decode_control_key(batch.records[0].key)
+            except CorruptRecordError as exc:
+                raise exc.located(segment.paths.log, position) from None
         if control_type not in (fmt.CONTROL_TYPE_ABORT, fmt.CONTROL_TYPE_COMMIT):
             return  # KRaft and other control records end no transaction
         first = self._open.pop(pid, -1)
