@@ -6,7 +6,8 @@ same for both callers:
 
 * the offset map of a cleaner thread (`thread_offset_map`): `log.cleaner.dedupe.buffer.size` shared by
   `log.cleaner.threads` (`offsetmap.per_thread_memory_bytes`), filled up to `log.cleaner.io.buffer.load.factor`;
-* `launch_round`: the clock read once, at the start; one `cleaner.round.clean_round` with
+* `launch_round`: at most one round a core at once in the process (`CORES`: further threads wait for one);
+  the clock read once, at the start; one `cleaner.round.clean_round` with
   `producer.id.expiration.ms` and `log.cleaner.verify`, every read and write charged beforehand to the I/O
   throttle of the partition's device (whose wait ends with the caller's abort check); then the round's
   survivorship folded into its log dir's record (`log.cleaner.survivorship.alpha`).
@@ -20,6 +21,8 @@ round is due and reports the partition's outcome. `tests/cleaner/test_launch.py`
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 
 from offsetmap import OffsetMap, per_thread_memory_bytes
@@ -75,22 +78,47 @@ def launch_round(
         throttle.acquire(n, check_abort=check_abort)
 
     kernel_cache.ensure_compiled()  # the first round of a process after an install compiles in a child
-    result = clean_round(
-        log_,
-        topic,
-        offset_map,
-        now_ms=clock_ms(),
-        producer_expiration_ms=cleaner.producer_id_expiration_ms,
-        forced_from=forced_from,
-        forced_to=forced_to,
-        dry_run=dry_run,
-        force_recopy=force_recopy,
-        horizon_pass=horizon_pass,
-        check_abort=check_abort or _never_aborted,
-        on_bytes=on_bytes,
-        ring=ring,
-        verify=cleaner.verify,
-        charge_io=charge_io,
-    )
+    _take_core(check_abort or _never_aborted)
+    try:
+        result = clean_round(
+            log_,
+            topic,
+            offset_map,
+            now_ms=clock_ms(),
+            producer_expiration_ms=cleaner.producer_id_expiration_ms,
+            forced_from=forced_from,
+            forced_to=forced_to,
+            dry_run=dry_run,
+            force_recopy=force_recopy,
+            horizon_pass=horizon_pass,
+            check_abort=check_abort or _never_aborted,
+            on_bytes=on_bytes,
+            ring=ring,
+            verify=cleaner.verify,
+            charge_io=charge_io,
+        )
+    finally:
+        CORES.release()
     survivorship.record_round(log_.directory, result, cleaner.survivorship_alpha)
     return result
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+# Rounds running at once in this process: at most one a core. A thread past that waits for one (checking its
+# abort): more rounds than cores only hand the GIL around (bench/RESULTS.md, "Threads": 4 threads on 2 cores
+# were 0.89-0.96x of 2).
+CORES = threading.BoundedSemaphore(_cores())
+
+
+def _take_core(check_abort: Callable[[], None]) -> None:
+    while not CORES.acquire(timeout=_CORE_WAIT_S):
+        check_abort()
+
+
+_CORE_WAIT_S = 0.1

@@ -117,3 +117,36 @@ def test_no_caller_sets_up_a_round_beside_the_launch_path(module):
     made = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name) and node.func.id == "OffsetMap"]
     assert made == [], f"an offset map made outside cleaner.launch: {path.name} lines {made}"
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_no_more_rounds_run_at_once_than_the_process_has_cores(tmp_path, monkeypatch, cores):
+    """`clean LOGDIR` on 4 threads: at most `cores` rounds in flight at any moment (`launch.CORES`), and with
+    two cores two of them do overlap; every partition is still cleaned."""
+    import threading
+
+    monkeypatch.setattr(launch, "CORES", threading.BoundedSemaphore(cores))
+    in_flight, most = [0], [0]
+    lock = threading.Lock()
+    real_round = launch.clean_round
+
+    def counted_round(*args, **kwargs):
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        try:
+            time.sleep(0.2)  # long enough for the other threads to try
+            return real_round(*args, **kwargs)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    monkeypatch.setattr(launch, "clean_round", counted_round)
+    logs = tmp_path / "logs"
+    for p in range(4):
+        generate_partition(logs / f"t-{p}", SPEC)
+    result = CliRunner().invoke(main, ["clean", "--json", "--set", "cleanup.policy=compact", "--set",
+                                       "log.cleaner.threads=4", "--now-ms", str(NOW), str(logs)])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["status"] for line in result.output.splitlines()] == ["ok"] * 4
+    assert most[0] == cores
