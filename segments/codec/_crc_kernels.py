@@ -24,6 +24,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import format as fmt
+from ._header_kernels import put_be
 
 __all__ = ["VARIANTS", "batch_crcs", "crc32c", "stamp_v2_crcs", "use_variant", "variant"]
 
@@ -183,13 +184,6 @@ def _read_be(buf, pos, width):
     return value
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _write_be(buf, pos, value, width):
-    for k in range(width - 1, -1, -1):
-        buf[pos + k] = np.uint8(value & 0xFF)
-        value >>= 8
-
-
 # ---- the kernels: every range of a window in one call -------------------------------------------------------
 
 
@@ -222,7 +216,7 @@ def _stamp_sse42(buf, positions):
         end = p + fmt.LOG_OVERHEAD + _read_be(buf, p + fmt.LENGTH_OFFSET, fmt.LENGTH_BYTES)
         if end < p + fmt.RECORD_BATCH_OVERHEAD or end > len(buf):
             return i
-        _write_be(buf, p + fmt.CRC_OFFSET, _crc_sse42(buf, p + fmt.ATTRIBUTES_OFFSET, end), fmt.CRC_BYTES)
+        put_be(buf, p + fmt.CRC_OFFSET, _crc_sse42(buf, p + fmt.ATTRIBUTES_OFFSET, end), fmt.CRC_BYTES)
     return len(positions)
 
 
@@ -235,7 +229,7 @@ def _stamp_table(buf, positions):
         end = p + fmt.LOG_OVERHEAD + _read_be(buf, p + fmt.LENGTH_OFFSET, fmt.LENGTH_BYTES)
         if end < p + fmt.RECORD_BATCH_OVERHEAD or end > len(buf):
             return i
-        _write_be(buf, p + fmt.CRC_OFFSET, _crc_table(buf, p + fmt.ATTRIBUTES_OFFSET, end), fmt.CRC_BYTES)
+        put_be(buf, p + fmt.CRC_OFFSET, _crc_table(buf, p + fmt.ATTRIBUTES_OFFSET, end), fmt.CRC_BYTES)
     return len(positions)
 
 

@@ -201,12 +201,12 @@ KERNELS = {
     _scan_kernels: ["count_batches", "parse_headers", "check_headers", "_parse_legacy", "count_legacy_inner",
                     "_walk_legacy", "_walk_v2", "walk_records"],
     _header_kernels: ["write_v2_header", "put_be"],
-    _crc_kernels: ["_stamp_sse42", "_stamp_table", "_read_be", "_write_be"],
+    _crc_kernels: ["_stamp_sse42", "_stamp_table", "_read_be"],  # it writes with _header_kernels.put_be
     cleaner_kernels: ["assemble_batches"],
 }
 NOT_LAYOUT = {
     ("put_be", 8), ("put_be", 0xFF),  # one byte at a time
-    ("_read_be", 8), ("_write_be", 8), ("_write_be", 0xFF),
+    ("_read_be", 8),
     ("assemble_batches", 2), ("assemble_batches", 63),  # -(2**63), the smallest int64
 }
 
