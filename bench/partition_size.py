@@ -4,8 +4,9 @@ For each size in `--sizes` (GB, default 1,2,4,8,16), one partition of workload W
 100-byte values, 100 records a batch, 1 M keys per GB, so the distinct keys grow with the size; 128 MiB
 segments at every size) is generated once under `--data-dir` (gitignored), copied with `cp -r` + `sync`
 (timed: the physical baseline), and cleaned to the end twice from fresh copies (warm page cache): once as
-a daemon's cleaner thread does, rounds one after the other in one process with one offset map and one window
-ring (`cleaner.round.clean_round`; each round's figures), once by one `logcleaner clean DIR` process (the
+a daemon's cleaner thread does, rounds one after the other in one process with one offset map, one window
+ring and one survey memo, the C allocator tuned as in every `logcleaner` process (`cleaner.round.clean_round`;
+each round's figures), once by one `logcleaner clean DIR` process (the
 whole wall time, start-up included). With the default 256 MiB dedupe buffer (10.6 M slots at 24 bytes, filled to 90%), the map holds
 ~9.5 M keys: from 10 GB on, a round is partial and the partition takes several.
 
@@ -69,18 +70,20 @@ def _rounds_in_one_process(part: Path, now_ms: int, dedupe_bytes: int) -> list[d
 
 def _child(part: Path, now_ms: int, dedupe_bytes: int) -> None:
     sys.path.insert(0, str(BENCH.parent))
+    from cleaner.allocator import tune_allocator
     from cleaner.round import clean_round
     from cleaner.settings import Settings
-    from cleaner.survey import WINDOW_BYTES
+    from cleaner.survey import WINDOW_BYTES, SurveyMemo
     from offsetmap import OffsetMap
     from segments.files.readahead import WindowRing
     from segments.partition.log import PartitionLog
 
     topic = Settings.from_mappings({"cleanup.policy": "compact"}).topic(part.name.rsplit("-", 1)[0])
-    offset_map, ring = OffsetMap(dedupe_bytes), WindowRing(WINDOW_BYTES)
+    tune_allocator()  # as every `logcleaner` process (the daemon's included) does
+    offset_map, ring, memo = OffsetMap(dedupe_bytes), WindowRing(WINDOW_BYTES), SurveyMemo()
     for _ in range(64):
         with PartitionLog.open(part, mode="cleaner") as log:
-            r = clean_round(log, topic, offset_map, now_ms=now_ms, seed=7, ring=ring)
+            r = clean_round(log, topic, offset_map, now_ms=now_ms, seed=7, ring=ring, survey_memo=memo)
         if not r.records_read and not r.records_indexed:
             break
         print(json.dumps({"elapsed_s": r.elapsed_s, "read_mb": r.survey_bytes_read / 1e6, "dirty_mb": r.bytes_read / 1e6,

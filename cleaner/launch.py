@@ -32,6 +32,7 @@ from segments.partition.log import PartitionLog
 from . import kernel_cache, survivorship
 from .round import RoundResult, clean_round
 from .settings import CleanerSettings, TopicSettings
+from .survey import SurveyMemo
 from .throttle import Throttle
 
 __all__ = ["launch_round", "thread_map_bytes", "thread_offset_map"]
@@ -61,6 +62,7 @@ def launch_round(
     clock_ms: Callable[[], int],
     *,
     ring: WindowRing,
+    survey_memo: SurveyMemo | None = None,
     check_abort: Callable[[], None] | None = None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     forced_from: int | None = None,
@@ -94,6 +96,7 @@ def launch_round(
             check_abort=check_abort or _never_aborted,
             on_bytes=on_bytes,
             ring=ring,
+            survey_memo=survey_memo,
             verify=cleaner.verify,
             charge_io=charge_io,
         )

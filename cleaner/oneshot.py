@@ -42,7 +42,7 @@ from .policy import NEVER_TOUCHED_TOPICS, ClusterView, TopicPolicy, cluster_view
 from .retention import RetentionResult, apply_retention
 from .round import CleaningAbortedError, RoundResult
 from .settings import CleanerSettings, Settings
-from .survey import WINDOW_BYTES
+from .survey import WINDOW_BYTES, SurveyMemo
 from .throttle import Throttle
 
 __all__ = [
@@ -201,6 +201,7 @@ def clean_partition(
         offset_map = launch.thread_offset_map(settings.cleaner)
     config = topic.log_config()
     ring = WindowRing(WINDOW_BYTES)  # the rounds of a partition reuse one set of read buffers
+    survey_memo = SurveyMemo()  # ... and what the survey took from the segments they do not change
     if throttle is None:
         throttle = Throttle(settings.cleaner.io_max_bytes_per_second)
     try:
@@ -222,7 +223,8 @@ def clean_partition(
                 assert offset_map is not None  # allocated above for a compacted topic
                 result = launch.launch_round(
                     plog, topic, settings.cleaner, offset_map, throttle, lambda: now_ms,
-                    ring=ring, check_abort=check_abort, on_bytes=on_bytes, forced_from=start, forced_to=forced_to,
+                    ring=ring, survey_memo=survey_memo, check_abort=check_abort, on_bytes=on_bytes, forced_from=start,
+                    forced_to=forced_to,
                     dry_run=dry_run, horizon_pass=True,
                 )
                 outcome.rounds.append(result)

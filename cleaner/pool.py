@@ -41,7 +41,7 @@ from .metrics import CleanerMetrics
 from .retention import apply_retention
 from .round import CleaningAbortedError
 from .settings import TopicSettings
-from .survey import WINDOW_BYTES
+from .survey import WINDOW_BYTES, SurveyMemo
 from .throttle import DeviceThrottles
 
 __all__ = ["CleanerPool"]
@@ -147,6 +147,7 @@ class CleanerPool:
         offset_map = None
         map_memory = 0
         ring = WindowRing(WINDOW_BYTES)  # this thread's read buffers, reused round after round like its map
+        survey_memo = SurveyMemo()  # the survey's figures of the last partition it cleaned, for its next round
         while not self._stopping.is_set():
             if index >= self.threads_wanted:
                 return
@@ -175,7 +176,7 @@ class CleanerPool:
                     log.exception("idle-log maintenance failed")
                 self._stopping.wait(cleaner.backoff_ms / 1000.0)
                 continue
-            self._clean(index, candidate, offset_map, ring)
+            self._clean(index, candidate, offset_map, ring, survey_memo)
 
     def _retention_if_due(self, interval_ms: int) -> None:
         """The retention pass over every log (`delete`, `compact,delete`, and compacted logs' segments below
@@ -211,7 +212,8 @@ class CleanerPool:
             self.metrics.record_retention(result.segments_deleted, result.bytes_deleted)
             self.manager.retained(directory, result)
 
-    def _clean(self, index: int, candidate: Candidate, offset_map: OffsetMap, ring: WindowRing) -> None:
+    def _clean(self, index: int, candidate: Candidate, offset_map: OffsetMap, ring: WindowRing,
+               survey_memo: SurveyMemo) -> None:
         directory = candidate.directory
         device = self.throttles.device_of(candidate.log_dir)
         throttle = self.throttles.for_path(candidate.log_dir)
@@ -233,7 +235,8 @@ class CleanerPool:
                                    remover=self.remover) as plog:
                 result = launch.launch_round(
                     plog, topic, self.manager.settings.cleaner, offset_map, throttle, self.clock_ms,
-                    ring=ring, check_abort=check_abort, on_bytes=on_bytes, force_recopy=candidate.force_recopy,
+                    ring=ring, survey_memo=survey_memo, check_abort=check_abort, on_bytes=on_bytes,
+                    force_recopy=candidate.force_recopy,
                 )
                 if "delete" in topic.cleanup_policy and not result.dry_run:
                     # Kafka's cleaner thread, too, deletes a compact,delete log's old segments after cleaning it

@@ -46,7 +46,7 @@ from .indexing import IndexAhead, build_offset_map
 from .recopy import RecopyContext, RecopyStats, clean_group, group_segments
 from .safety import check_group
 from .settings import TopicSettings
-from .survey import WINDOW_BYTES, survey_log
+from .survey import WINDOW_BYTES, SurveyMemo, survey_log
 
 __all__ = ["CleaningAbortedError", "RoundResult", "clean_round"]
 
@@ -148,6 +148,7 @@ def clean_round(
     check_abort: Callable[[], None] = lambda: None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     ring: WindowRing | None = None,
+    survey_memo: SurveyMemo | None = None,
     verify: bool = False,
     charge_io: Callable[[int], None] = lambda n: None,
 ) -> RoundResult:
@@ -159,7 +160,9 @@ def clean_round(
     log until new writes make it dirty). With `horizon_pass`, the same when the survey finds a kept
     tombstone's or marker's delete horizon passed (from the log start to the first uncleanable offset), and
     only then: what `logcleaner clean` asks. `ring` holds the read buffers of the round's windows; a cleaner
-    thread passes the same one every round, as it does its map, so rounds reuse memory. With `verify`
+    thread passes the same one every round, as it does its map, so rounds reuse memory; likewise `survey_memo`
+    (`cleaner.survey.SurveyMemo`), so that the next round of the same partition does not read its unchanged
+    inactive segments' headers again. With `verify`
     (`log.cleaner.verify`), each group passes `cleaner.safety.check_group` before it is swapped in.
     `charge_io(n)` is called before every read and write of n bytes, on the thread doing it (the device's
     I/O throttle, `cleaner.throttle`: it may block, or raise to abort); `on_bytes(n, direction)` after. Raises
@@ -176,7 +179,7 @@ def clean_round(
     ahead = None
     if forced_from is None and forced_to is None:
         ahead = _index_ahead(log_, topic, offset_map, map_seed, checkpoint, high_watermark)
-    survey = survey_log(log_, ring, charge_io=charge_io, on_bytes=on_bytes, index_ahead=ahead)
+    survey = survey_log(log_, ring, charge_io=charge_io, on_bytes=on_bytes, index_ahead=ahead, memo=survey_memo)
     survey_s = time.monotonic() - started
     faults.hit("round.after_survey")
     facts = survey.facts(high_watermark)

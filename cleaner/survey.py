@@ -20,6 +20,15 @@ and producer, never per batch. This is the round's only CRC check: the index and
 inactive segments again, which the cleaner lock keeps unchanged, and do not check them twice. Memory is
 proportional to the number of transactions and producers, not to the log. It reads the active segment too (open
 transactions end there); since its writer may be appending to it, only its control batches' CRCs are checked there.
+
+The rounds of one partition that follow each other (a map too small for the dirty section: partial rounds) read
+mostly the same inactive segments again. A `SurveyMemo`, kept by the cleaner thread (or `clean`'s partition) like
+its map, holds what the survey took from each inactive segment it checked (its figures, the first and last
+offsets, the rows of its batches that carry a producer id), keyed by the file's identity (device, inode, size,
+modification and change times); the next survey replays a segment whose file is unchanged instead of reading it,
+and reads every other one. Replaying gives the same survey as reading (the same rows through the same steps), and
+a file changed in any way is read and checked again. Bounded by `MEMO_BYTES_MAX`; a segment the memo cannot
+hold is read again next round, as without one.
 """
 
 from __future__ import annotations
@@ -43,11 +52,14 @@ if TYPE_CHECKING:  # the index phase imports this module
     from .indexing import IndexAhead
 
 __all__ = [
-    "WINDOW_BYTES", "LogSurvey", "ProducerState", "ProducerTable", "SegmentSurvey", "Transaction", "TransactionTable",
-    "survey_log",
+    "MEMO_BYTES_MAX", "WINDOW_BYTES", "LogSurvey", "ProducerState", "ProducerTable", "SegmentSurvey", "SurveyMemo",
+    "Transaction", "TransactionTable", "survey_log",
 ]
 
 WINDOW_BYTES = 8 * 1024 * 1024  # one window of a round's reads (survey, index and recopy alike)
+# What a `SurveyMemo` may hold: ~50 bytes a batch with a producer id (idempotent or transactional), a few hundred a
+# segment; 16 MiB covers ~5 GB of an idempotent producer's 16 KiB batches, and any size of log without producers.
+MEMO_BYTES_MAX = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,20 +276,85 @@ class LogSurvey:
         return table.rows(rows[np.argsort(markers[rows], kind="stable")])
 
 
-def _checked_windows(segments, ring: WindowRing, charge_io: Callable[[int], None] | None, ahead: IndexAhead | None):
-    """(segment index, window, header scan, keys) per window, then (index, None, None, None) at each segment's
-    end; runs on the read-ahead thread (which charges each read to `charge_io` before it). CRCs are checked
-    except in the active segment (the last). The segments `ahead` indexes are scanned with their records, and
-    `keys` are the window's records to index with their hashes (None elsewhere)."""
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """A file's identity for the memo: any write, truncation or replacement changes it."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class _Remembered:
+    """What a survey took from one checked inactive segment (see `SurveyMemo`)."""
+
+    identity: tuple[int, ...]
+    survey: SegmentSurvey
+    first_start: int  # the offset its first batch (at position 0) starts at, as `_check_offsets` reads it (-1: none)
+    last_position: int  # the position of its last batch
+    producer_rows: tuple[_ProducerRows, ...]
+    nbytes: int
+
+
+class SurveyMemo:
+    """What the surveys of one partition took from its inactive segments, for the next round of the same
+    partition (see the module docstring). One per cleaner thread, used by one survey at a time; a survey of
+    another partition starts it afresh. At most `bytes_max` bytes of rows and figures."""
+
+    __slots__ = ("_bytes", "_directory", "_segments", "bytes_max")
+
+    def __init__(self, bytes_max: int = MEMO_BYTES_MAX) -> None:
+        self.bytes_max = bytes_max
+        self._directory: str | None = None
+        self._segments: dict[str, _Remembered] = {}
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._segments)
+
+    def begin(self, directory: str, paths: list[str]) -> None:
+        """A survey of `directory` whose segment files are `paths` starts: forget every other segment."""
+        if directory != self._directory:
+            self._directory, self._segments, self._bytes = directory, {}, 0
+            return
+        kept = set(paths)
+        for path in [p for p in self._segments if p not in kept]:
+            self._bytes -= self._segments.pop(path).nbytes
+
+    def get(self, path: str, identity: tuple[int, ...]) -> _Remembered | None:
+        remembered = self._segments.get(path)
+        return remembered if remembered is not None and remembered.identity == identity else None
+
+    def put(self, path: str, remembered: _Remembered) -> None:
+        old = self._segments.pop(path, None)
+        if old is not None:
+            self._bytes -= old.nbytes
+        if self._bytes + remembered.nbytes <= self.bytes_max:
+            self._segments[path] = remembered
+            self._bytes += remembered.nbytes
+
+
+_SEGMENT_MEMO_BYTES = 256  # a `_Remembered` without its rows, roughly
+
+
+def _checked_windows(segments, ring: WindowRing, charge_io: Callable[[int], None] | None, ahead: IndexAhead | None,
+                     memo: SurveyMemo | None):
+    """Per segment: (index, window, header scan, keys, None) per window, then (index, None, None, None, stat) at
+    its end; or (index, None, remembered, None, stat) alone for an inactive segment the memo holds unchanged
+    and `ahead` does not index. Runs on the read-ahead thread (which charges each read to `charge_io` before
+    it). CRCs are checked except in the active segment (the last). The segments `ahead` indexes are scanned
+    with their records, and `keys` are the window's records to index with their hashes (None elsewhere)."""
     for i, segment in enumerate(segments):
         active = i == len(segments) - 1
         records = ahead is not None and not active and ahead.scans_records(i)
+        st = os.stat(segment.paths.log)
+        remembered = memo.get(str(segment.paths.log), _identity(st)) if memo is not None and not active else None
+        if remembered is not None and not records:
+            yield i, None, remembered, None, st
+            continue
         for window, result in segment.scan_windows(
             window_bytes=ring.window_bytes, verify_crc=not active, headers_only=not records, stop_at_invalid=active,
             ring=ring, before_read=charge_io,
         ):
-            yield i, window, result, (ahead.keys(result) if records and ahead is not None else None)
-        yield i, None, None, None
+            yield i, window, result, (ahead.keys(result) if records and ahead is not None else None), None
+        yield i, None, None, None, st
 
 
 def survey_log(
@@ -287,30 +364,48 @@ def survey_log(
     charge_io: Callable[[int], None] | None = None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     index_ahead: IndexAhead | None = None,
+    memo: SurveyMemo | None = None,
 ) -> LogSurvey:
     """Survey every segment of `log` (a cleaner- or reader-mode log) in offset order.
 
     `ring` holds the read buffers (a new two-set ring if None). `charge_io(n)` is called before each read of
     n bytes (the I/O throttle; it may raise to abort), `on_bytes(n, "read")` after each window. With
-    `index_ahead`, the same pass fills the round's offset map (`cleaner.indexing.IndexAhead`). Raises
+    `index_ahead`, the same pass fills the round's offset map (`cleaner.indexing.IndexAhead`). With `memo`, the
+    inactive segments it holds unchanged are replayed, not read, and the ones read are added to it. Raises
     `CorruptRecordError` (file, position) for an invalid batch in an inactive segment, or an incomplete
     batch at the end of one.
     """
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
     segments = log.segments
+    if memo is not None:
+        memo.begin(str(log.directory), [str(segment.paths.log) for segment in segments])
     producers: dict[int, ProducerState] = {}
     ended: list[tuple[np.ndarray, ...]] = []  # per window: the transactions its markers end, as columns
     surveys: list[SegmentSurvey] = []
     bytes_read = 0
     sizes = [segment.size_bytes for segment in segments]
-    largest_ts = first_ts = horizon_ms = -1
+    largest_ts = first_ts = horizon_ms = first_start = last_position = -1
+    rows_read: list[_ProducerRows] = []  # the segment's rows, for the memo
     next_offset = segments[0].base_offset if segments else 0
     offset_floor = 0  # the lowest offset the next batch of an inactive segment may start at
-    windows = _checked_windows(segments, ring, charge_io, index_ahead)
-    for i, window, result, keys in read_ahead(windows, name="survey-read-ahead"):
+    windows = _checked_windows(segments, ring, charge_io, index_ahead, memo)
+    for i, window, result, keys, st in read_ahead(windows, name="survey-read-ahead"):
         segment = segments[i]
-        if result is not None and i < len(segments) - 1:
+        inactive = i < len(segments) - 1
+        if isinstance(result, _Remembered):
+            offset_floor = _check_remembered(result, segment, segments[i + 1].base_offset, offset_floor)
+            for rows in result.producer_rows:
+                _track_producers(rows, producers, ended)
+            surveys.append(result.survey)
+            if index_ahead is not None:
+                index_ahead.segment_done(i, result.survey.next_offset)
+            next_offset = segments[i + 1].base_offset
+            continue
+        if result is not None and inactive:
+            if first_start < 0:
+                first_start = _first_start(result)
             offset_floor = _check_offsets(result, segment, segments[i + 1].base_offset, offset_floor)
+            last_position = int(result.batch_position[-1])
             _check_legacy_wrappers(result, window, segment.paths.log)
         if result is None:  # segment i is done
             surveys.append(
@@ -320,13 +415,18 @@ def survey_log(
                     largest_timestamp=largest_ts,
                     first_batch_timestamp=first_ts,
                     next_offset=next_offset,
-                    last_modified_ms=os.stat(segment.paths.log).st_mtime_ns // 1_000_000,
+                    last_modified_ms=st.st_mtime_ns // 1_000_000,
                     earliest_delete_horizon_ms=horizon_ms,
                 )
             )
+            if memo is not None and inactive:
+                memo.put(str(segment.paths.log), _Remembered(
+                    _identity(st), surveys[-1], first_start, last_position, tuple(rows_read),
+                    _SEGMENT_MEMO_BYTES + sum(rows.nbytes for rows in rows_read)))
             if index_ahead is not None:
                 index_ahead.segment_done(i, next_offset)
-            largest_ts = first_ts = horizon_ms = -1
+            largest_ts = first_ts = horizon_ms = first_start = last_position = -1
+            rows_read = []
             next_offset = segments[i + 1].base_offset if i + 1 < len(segments) else 0
             continue
         bytes_read += result.end_position - result.start_position
@@ -339,7 +439,11 @@ def survey_log(
             soonest = int(horizons.min())
             horizon_ms = soonest if horizon_ms < 0 else min(horizon_ms, soonest)
         next_offset = int(result.last_offset[-1]) + 1
-        _track_producers(result, window, producers, ended, segment.paths.log, crc_checked=i < len(segments) - 1)
+        rows = _producer_rows(result, window, segment.paths.log, crc_checked=inactive)
+        if rows is not None:
+            _track_producers(rows, producers, ended)
+            if memo is not None and inactive:
+                rows_read.append(rows)
         if index_ahead is not None:
             index_ahead.take(i, result, keys)
     open_rows = [(s.producer_id, s.open_txn_first_offset, -1, -1, s.open_txn_data_batches)
@@ -347,6 +451,31 @@ def survey_log(
     ended.append(tuple(np.array(open_rows, dtype=np.int64).reshape(-1, len(TransactionTable._fields)).T))
     table = TransactionTable(*(np.concatenate(column) for column in zip(*ended)))
     return LogSurvey(surveys, producers, table, bytes_read)
+
+
+def _first_start(result) -> int:
+    """Where the first batch of a window starts, as `_check_offsets` reads it."""
+    wrapper = bool(result.is_legacy[0]) and int(result.compression[0]) != fmt.COMPRESSION_NONE
+    return int(result.last_offset[0] if wrapper else result.base_offset[0])
+
+
+def _check_remembered(remembered: _Remembered, segment, next_base: int, offset_floor: int) -> int:
+    """`_check_offsets` for a segment the memo replays: its batches were checked among themselves when it was
+    read; here its first batch against the batches before it, its last against the next segment's base."""
+    if remembered.first_start < 0:  # no batch
+        return offset_floor
+    start, last = remembered.first_start, remembered.survey.next_offset - 1
+    floor = max(offset_floor, segment.base_offset)
+    ceiling = min(next_base, segment.base_offset + fmt.RELATIVE_OFFSET_MAX + 1)
+    if start < floor:
+        raise CorruptRecordError(
+            f"batch offsets from {start} do not follow the offsets before them (expected at least {floor}; segment "
+            f"base {segment.base_offset})", position=0, path=segment.paths.log)
+    if last >= ceiling:
+        raise CorruptRecordError(
+            f"batch offsets up to {last} reach past the segment's range [{segment.base_offset}, {ceiling}) (the next "
+            f"segment starts at {next_base})", position=remembered.last_position, path=segment.paths.log)
+    return last + 1
 
 
 def _check_offsets(result, segment, next_base: int, offset_floor: int) -> int:
@@ -399,22 +528,44 @@ def _check_legacy_wrappers(result, window, path) -> None:
             raise exc.located(path, 0) from None
 
 
-def _track_producers(result, window: bytes, producers: dict[int, ProducerState], ended: list[tuple[np.ndarray, ...]],
-                     path, *, crc_checked: bool) -> None:
-    """Advance each producer's state over the batches of one window, in offset order (numpy per producer), and
-    append the transactions its markers end to `ended` as `TransactionTable` columns, in the order of their
-    markers. `crc_checked`: the scan verified the window's CRCs."""
-    pids = result.producer_id
-    relevant = np.flatnonzero(pids >= 0)
+class _ProducerRows(NamedTuple):
+    """The batches of one window that carry a producer id, in offset order: what the producer tracking reads of
+    them (`ends`: the control type of a COMMIT/ABORT marker, -1 for every other batch)."""
+
+    producer_id: np.ndarray
+    is_control: np.ndarray
+    is_transactional: np.ndarray
+    base_offset: np.ndarray
+    last_offset: np.ndarray
+    max_timestamp: np.ndarray
+    ends: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return sum(column.nbytes for column in self)
+
+
+def _producer_rows(result, window: bytes, path, *, crc_checked: bool) -> _ProducerRows | None:
+    """The rows of a scanned window's batches that carry a producer id (None if none does); the control types of
+    its markers are decoded here (`_transaction_ends`). `crc_checked`: the scan verified the window's CRCs."""
+    relevant = np.flatnonzero(result.producer_id >= 0)
     if not len(relevant):
-        return
-    control = result.is_control
-    ends = _transaction_ends(result, window, relevant[control[relevant]], path, crc_checked)
-    transactional = result.is_transactional
-    last_offset = result.last_offset
-    base_offset = result.base_offset
-    order = np.argsort(pids[relevant], kind="stable")
-    by_producer = relevant[order]  # grouped by producer id, in offset order within each
+        return None
+    ends = _transaction_ends(result, window, relevant[result.is_control[relevant]], path, crc_checked)
+    return _ProducerRows(
+        result.producer_id[relevant], result.is_control[relevant], result.is_transactional[relevant],
+        result.base_offset[relevant], result.last_offset[relevant], result.max_timestamp[relevant], ends[relevant],
+    )
+
+
+def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
+                     ended: list[tuple[np.ndarray, ...]]) -> None:
+    """Advance each producer's state over the rows of one window, in offset order (numpy per producer), and
+    append the transactions its markers end to `ended` as `TransactionTable` columns, in the order of their
+    markers."""
+    pids, control, transactional = rows.producer_id, rows.is_control, rows.is_transactional
+    last_offset, base_offset, ends = rows.last_offset, rows.base_offset, rows.ends
+    by_producer = np.argsort(pids, kind="stable")  # grouped by producer id, in offset order within each
     bounds = np.flatnonzero(np.diff(pids[by_producer])) + 1
     starts = np.concatenate(([0], bounds))
     stops = np.concatenate((bounds, [len(by_producer)]))
@@ -430,7 +581,7 @@ def _track_producers(result, window: bytes, producers: dict[int, ProducerState],
         is_control = control[idx]
         state.last_entry_offset = int(last[-1])
         state.last_entry_is_control = bool(is_control[-1])
-        state.last_timestamp = max(state.last_timestamp, int(result.max_timestamp[idx].max()))
+        state.last_timestamp = max(state.last_timestamp, int(rows.max_timestamp[idx].max()))
         data = np.flatnonzero(~is_control)
         if len(data):
             state.last_data_offset = int(last[data[-1]])
