@@ -6,7 +6,8 @@ same for both callers:
 
 * the offset map of a cleaner thread (`thread_offset_map`): `log.cleaner.dedupe.buffer.size` shared by
   `log.cleaner.threads` (`offsetmap.per_thread_memory_bytes`), filled up to `log.cleaner.io.buffer.load.factor`;
-* `launch_round`: at most one round a core at once in the process (`CORES`: further threads wait for one);
+* `launch_round`: at most one round a core at once in the process (`CORES`: further threads wait for one;
+  `core()` lets a caller hold its core over the partition's other work too: opening it, retention);
   the clock read once, at the start; one `cleaner.round.clean_round` with
   `producer.id.expiration.ms` and `log.cleaner.verify`, every read and write charged beforehand to the I/O
   throttle of the partition's device (whose wait ends with the caller's abort check); then the round's
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from offsetmap import OffsetMap, per_thread_memory_bytes
 from segments.files.readahead import WindowRing
@@ -35,7 +37,7 @@ from .settings import CleanerSettings, TopicSettings
 from .survey import SurveyMemo
 from .throttle import Throttle
 
-__all__ = ["launch_round", "thread_map_bytes", "thread_offset_map"]
+__all__ = ["core", "launch_round", "thread_map_bytes", "thread_offset_map"]
 
 
 def thread_map_bytes(cleaner: CleanerSettings) -> int:
@@ -80,8 +82,7 @@ def launch_round(
         throttle.acquire(n, check_abort=check_abort)
 
     kernel_cache.ensure_compiled()  # the first round of a process after an install compiles in a child
-    _take_core(check_abort or _never_aborted)
-    try:
+    with core(check_abort):
         result = clean_round(
             log_,
             topic,
@@ -100,8 +101,6 @@ def launch_round(
             verify=cleaner.verify,
             charge_io=charge_io,
         )
-    finally:
-        CORES.release()
     survivorship.record_round(log_.directory, result, cleaner.survivorship_alpha)
     return result
 
@@ -119,9 +118,26 @@ def _cores() -> int:
 CORES = threading.BoundedSemaphore(_cores())
 
 
-def _take_core(check_abort: Callable[[], None]) -> None:
-    while not CORES.acquire(timeout=_CORE_WAIT_S):
-        check_abort()
+_holding = threading.local()  # per thread: how deep in `core()` it is
+
+
+@contextmanager
+def core(check_abort: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold one of `CORES` for the block, waiting for one first (calling `check_abort`, which may raise, every
+    `_CORE_WAIT_S`). Reentrant within a thread: a round launched inside the block runs on the core held. A
+    thread holds it over all of a partition's work (opening it: recovery, index checks; retention; its rounds),
+    so that threads past the cores do not open partitions beside the rounds that run."""
+    depth = getattr(_holding, "depth", 0)
+    if depth == 0:
+        while not CORES.acquire(timeout=_CORE_WAIT_S):
+            (check_abort or _never_aborted)()
+    _holding.depth = depth + 1
+    try:
+        yield
+    finally:
+        _holding.depth = depth
+        if depth == 0:
+            CORES.release()
 
 
 _CORE_WAIT_S = 0.1

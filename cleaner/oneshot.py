@@ -207,8 +207,9 @@ def clean_partition(
     try:
         # A dry run reads as a reader does: no lock file, no index rebuilt on disk, nothing written at all.
         mode: Mode = "reader" if dry_run else "cleaner"
-        with PartitionLog.open(directory, mode=mode, config=config, file_ops=file_ops,
-                               remover=remover if mode == "cleaner" else None) as plog:
+        # one of the process's cores held over all of it (`launch.core`), the rounds included
+        with launch.core(check_abort), PartitionLog.open(directory, mode=mode, config=config, file_ops=file_ops,
+                                                         remover=remover if mode == "cleaner" else None) as plog:
             if forced_from is not None and not plog.log_start_offset <= forced_from <= plog.log_end_offset:
                 raise LogStateError(f"{display_path(directory)}: --from-offset {forced_from} is outside the log "
                                     f"[{plog.log_start_offset}, {plog.log_end_offset}]")

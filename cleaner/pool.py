@@ -231,8 +231,9 @@ class CleanerPool:
         config = topic.log_config()
         try:
             log.info("cleaning dir=%s reason=%s dirty_ratio=%.3f", directory, candidate.reason, candidate.dirty_ratio)
-            with PartitionLog.open(Path(directory), mode="cleaner", config=config, lock_timeout_s=_LOCK_WAIT_S,
-                                   remover=self.remover) as plog:
+            # one of the process's cores held over the partition's work, its round included (`launch.core`)
+            with launch.core(check_abort), PartitionLog.open(Path(directory), mode="cleaner", config=config,
+                                                             lock_timeout_s=_LOCK_WAIT_S, remover=self.remover) as plog:
                 result = launch.launch_round(
                     plog, topic, self.manager.settings.cleaner, offset_map, throttle, self.clock_ms,
                     ring=ring, survey_memo=survey_memo, check_abort=check_abort, on_bytes=on_bytes,

@@ -150,3 +150,41 @@ def test_no_more_rounds_run_at_once_than_the_process_has_cores(tmp_path, monkeyp
     assert result.exit_code == 0, result.output
     assert [json.loads(line)["status"] for line in result.output.splitlines()] == ["ok"] * 4
     assert most[0] == cores
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_threads_past_the_cores_do_not_open_partitions_beside_the_rounds(tmp_path, monkeypatch, cores):
+    """`clean LOGDIR` on 4 threads: a thread holds its core over all of a partition's work (`launch.core`),
+    opening it included, so at most `cores` partitions are open at any moment."""
+    import contextlib
+    import threading
+
+    from cleaner import oneshot
+
+    monkeypatch.setattr(launch, "CORES", threading.BoundedSemaphore(cores))
+    open_now, most = [0], [0]
+    lock = threading.Lock()
+    real_open = oneshot.PartitionLog.open
+
+    @contextlib.contextmanager
+    def counted_open(*args, **kwargs):
+        with lock:
+            open_now[0] += 1
+            most[0] = max(most[0], open_now[0])
+        try:
+            time.sleep(0.1)  # long enough for the other threads to try
+            with real_open(*args, **kwargs) as plog:
+                yield plog
+        finally:
+            with lock:
+                open_now[0] -= 1
+
+    monkeypatch.setattr(oneshot.PartitionLog, "open", counted_open)
+    logs = tmp_path / "logs"
+    for p in range(4):
+        generate_partition(logs / f"t-{p}", SPEC)
+    result = CliRunner().invoke(main, ["clean", "--json", "--set", "cleanup.policy=compact", "--set",
+                                       "log.cleaner.threads=4", "--now-ms", str(NOW), str(logs)])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["status"] for line in result.output.splitlines()] == ["ok"] * 4
+    assert most[0] == cores
