@@ -23,6 +23,8 @@ from .listen import DEFAULT_LISTEN, client_url
 
 __all__ = ["main"]
 
+DEFAULT_SPARK_MASTER = "local[*]"  # of clean --spark
+
 
 @click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="logcleaner")
@@ -396,12 +398,12 @@ def _read_key_file(path: Path) -> bytes:
         raise click.BadParameter(describe_os_error(exc), param_hint="'--key-file'") from None
 
 
-def _parse_set(values: tuple[str, ...]) -> dict[str, str]:
+def _parse_set(values: tuple[str, ...], param_hint: str = "--set") -> dict[str, str]:
     out = {}
     for item in values:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=param_hint)
         out[key.strip()] = value.strip()
     return out
 
@@ -470,7 +472,18 @@ def audit(paths: tuple[Path, ...], keys: tuple[str, ...], hex_keys: tuple[str, .
 @click.option("--dry-run", is_flag=True, help="Report what one round would remove; change nothing.")
 @click.option("--once", is_flag=True, help="Run a single round even if the offset map fills before the end.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition.")
-def clean(paths, config_path, server_properties, set_values, now_ms, from_offset, to_offset, dry_run, once, as_json) -> None:
+@click.option("--spark", "use_spark", is_flag=True,
+              help="Clean as Spark tasks on --master, a partition (or a few small ones) a task, and print a total; "
+                   "the log dirs must be on a filesystem every executor sees at the same path (docs/spark.md).")
+@click.option("--master", show_default=DEFAULT_SPARK_MASTER, help="Spark master URL (with --spark).")
+@click.option("--spark-conf", multiple=True, metavar="KEY=VALUE",
+              help="A Spark setting of the session (with --spark), e.g. --spark-conf spark.executor.memory=4g "
+                   "(repeatable).")
+@click.option("--spark-log", type=click.Path(dir_okay=False, path_type=Path),
+              help="Append Spark's own output (its log, warnings, executor output) to this file (with --spark); by "
+                   "default only its progress bar is shown, on a terminal.")
+def clean(paths, config_path, server_properties, set_values, now_ms, from_offset, to_offset, dry_run, once, as_json,
+          use_spark, master, spark_conf, spark_log) -> None:
     """Clean partition directories, or every partition of log directories, by their cleanup.policy.
 
     Each topic's policy comes from --set / the config file, else the cluster's KRaft metadata, else Kafka's
@@ -479,18 +492,16 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     nothing is changed and the command exits 2, naming the line that decides it. compact cleans until the
     dirty range is done; delete removes inactive segments past retention.ms / retention.bytes and advances
     the log start offset; compact,delete does both. Refused, changing nothing, while a running Kafka broker
-    owns a log dir. Exit 1 if any partition failed (the others are still cleaned).
+    owns a log dir. Exit 1 if any partition failed (the others are still cleaned). With --spark the same clean
+    runs as Spark tasks (docs/spark.md, "Cleaning with Spark").
     """
     import time
 
-    from segments.codec.errors import display_path
     from segments.files.pathcheck import find_partition_dirs
-    from segments.partition.locks import log_dir_owner
 
     from .config_file import ConfigFileError, load_config
-    from .oneshot import clean_planned, plan_partitions
-    from .policy import PolicyError, unknown_policy_hint
-    from .setting_use import refusal_for_clean
+    from .oneshot import CleanRefusedError, clean_planned, plan_clean, refused_summary
+    from .setting_use import refusal_for_clean, refusal_for_spark_clean
     from .throttle import DeviceThrottles
 
     if from_offset is not None and to_offset is not None and to_offset <= from_offset:
@@ -500,8 +511,12 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
         loaded = load_config(config_path, server_properties=server_properties, overrides=_parse_set(set_values))
     except ConfigFileError as exc:
         raise click.UsageError(str(exc)) from None
+    if not use_spark and (given := [name for name, value in (("--master", master), ("--spark-conf", spark_conf),
+                                                                  ("--spark-log", spark_log)) if value]):
+        raise click.UsageError(f"{given[0]} is for clean --spark; give --spark too, or leave it out")
+    spark_settings = _parse_set(spark_conf, param_hint="--spark-conf")
     for key in _parse_set(set_values):  # a setting clean would accept and ignore is refused instead
-        if (refusal := refusal_for_clean(key)) is not None:
+        if (refusal := refusal_for_clean(key) or (refusal_for_spark_clean(key) if use_spark else None)) is not None:
             raise click.UsageError(refusal)
     # One I/O budget per device for every partition cleaned, each read and write charged before it is done.
     throttles = DeviceThrottles(loaded.settings.cleaner.io_max_bytes_per_second)
@@ -510,61 +525,114 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     failed = False
     for item in refused:  # a refused partition fails the command; anything else refused is only a warning
         if item.failed:
-            summary = {"partition": display_path(item.path.name), "directory": display_path(item.path),
-                       "status": "failed", "error": str(item)}
+            summary = refused_summary(item)
             click.echo(json.dumps(summary) if as_json else _describe(summary), err=not as_json)  # a failure
             failed = True
         else:
             click.echo(f"warning: ignored {item}", err=True)
-    names = [p.name for p in partitions]
-    if twice := sorted({n for n in names if names.count(n) > 1}):  # which copy is the log would be a guess
-        raise click.UsageError(f"partition {twice[0]} is in two of the given log dirs "
-                               f"({', '.join(str(p.parent) for p in partitions if p.name == twice[0])}); Kafka "
-                               "refuses to start so, and so does logcleaner: clean one log dir at a time")
     if (from_offset is not None or to_offset is not None) and len(partitions) != 1:
         raise click.UsageError("--from-offset/--to-offset need exactly one partition directory")
-    for log_dir in sorted({p.parent for p in partitions}):
-        if (owner := log_dir_owner(log_dir)) is not None:
-            click.echo(f"Error: {owner}", err=True)
-            sys.exit(1)
     try:
-        plan = plan_partitions(partitions, loaded.settings, named=frozenset(paths))
-    except PolicyError as exc:
+        plan = plan_clean(partitions, loaded.settings, named=frozenset(paths))
+    except CleanRefusedError as exc:  # one error, its first line complete in itself; details follow, indented
         click.echo(f"Error: {exc}", err=True)
-        sys.exit(1)
-    unknown: dict[str, list] = {}
-    for planned in plan:
-        if not planned.policy.known and not planned.policy.never:
-            unknown.setdefault(planned.policy.topic, []).append(planned)
-    if unknown:  # one error, its first line complete in itself; the topics follow, indented
-        click.echo(f"Error: the cleanup policy of {len(unknown)} topic(s) is unknown (listed below), so nothing was "
-                   "changed; decide each in the config file (-c) or with --set", err=True)
-        for topic, items in sorted(unknown.items()):
-            click.echo(f"  {topic} ({len(items)} partition(s)): {items[0].policy.source}", err=True)
-            click.echo(f"    {unknown_policy_hint(topic)}", err=True)
-        sys.exit(2)
+        for line in exc.details:
+            click.echo(line, err=True)
+        sys.exit(exc.exit_code)
     clock = now_ms if now_ms is not None else int(time.time() * 1000)
-    total = sum(sum(f.lstat().st_size for f in p.glob("*.log")) for p in partitions)  # lstat: links are not followed
-    show_bar = sys.stderr.isatty() and not as_json and total > 64 * 1024 * 1024
 
-    def report(outcome) -> None:  # in the order of the partitions' names, each once it and those before are done
+    def report(summary: dict) -> None:  # in the order of the partitions' names, each once it and those before are done
         nonlocal failed
-        failed |= not outcome.ok
-        summary = outcome.summary()
+        failed |= summary["status"] == "failed"
         if as_json:
             click.echo(json.dumps(summary))
         else:  # a partition that failed is reported on stderr, as audit does
             click.echo(_describe(summary, show_policy=dry_run), err=summary["status"] == "failed")
+
+    if use_spark:
+        _clean_on_spark(plan, loaded.settings.cleaner, master=master or DEFAULT_SPARK_MASTER,
+                        spark_conf=spark_settings, spark_log=spark_log,
+                        now_ms=clock, forced_from=from_offset, forced_to=to_offset, dry_run=dry_run, once=once,
+                        report=report, as_json=as_json)
+        sys.exit(1 if failed else 0)
+    total = sum(sum(f.lstat().st_size for f in p.glob("*.log")) for p in partitions)  # lstat: links are not followed
+    show_bar = sys.stderr.isatty() and not as_json and total > 64 * 1024 * 1024
 
     # On log.cleaner.threads threads, the largest dirty section first. Ctrl-C or SIGTERM stops taking partitions
     # and aborts the running rounds at their next window; then Ctrl-C ends as before ("Aborted!", exit 1) and
     # SIGTERM kills the process as before (143).
     bar = click.progressbar(length=max(total * 3, 1), label="cleaning", file=sys.stderr) if show_bar else _NoBar()
     with bar, _SigtermStopsCleaning():
-        clean_planned(plan, loaded.settings.cleaner, now_ms=clock, report=report, throttle_for=throttles.for_path,
+        clean_planned(plan, loaded.settings.cleaner, now_ms=clock, report=lambda outcome: report(outcome.summary()),
+                      throttle_for=throttles.for_path,
                       forced_from=from_offset, forced_to=to_offset, dry_run=dry_run, once=once,
                       on_bytes=lambda n, direction: bar.update(n))
     sys.exit(1 if failed else 0)
+
+
+def _clean_on_spark(plan, cleaner, *, master: str, spark_conf: dict[str, str], spark_log: Path | None, now_ms: int,
+                    forced_from: int | None, forced_to: int | None, dry_run: bool, once: bool, report,
+                    as_json: bool) -> None:
+    """`clean --spark`: the planned partitions cleaned by `cleaner.spark_clean` on `master`; each partition's
+    summary to `report` in the plan's order once the job is done, then the total. Spark's own output goes to
+    `spark_log` (its progress bar to a terminal); every error is one line (exit 2: a Spark setting or the
+    executors' memory; 1: Spark did not start or the job failed)."""
+    import time
+
+    from segments.files.pathcheck import describe_os_error
+    from segments.spark import JvmConsole, SparkUnavailableError, get_session, stop_session
+
+    from .oneshot import total_summary
+    from .spark_clean import (
+        SparkCleanJobError,
+        SparkCleanUsageError,
+        check_spark_conf,
+        clean_planned_on_spark,
+        session_conf,
+    )
+
+    try:
+        check_spark_conf(spark_conf)  # before Spark starts: a refused setting costs no JVM
+    except SparkCleanUsageError as exc:
+        raise OneLineUsageError(str(exc)) from None
+    try:
+        log_file = open(spark_log, "ab") if spark_log is not None else None
+    except OSError as exc:
+        raise OneLineUsageError(f"--spark-log: {describe_os_error(exc)}") from None
+    console = JvmConsole(progress=sys.stderr if sys.stderr.isatty() else None, log_file=log_file)
+    started = time.perf_counter()
+    try:
+        try:
+            spark = get_session(master, app_name=f"logcleaner clean ({len(plan)} partitions)",
+                                conf=session_conf(spark_conf), console=console)
+        except SparkUnavailableError as exc:
+            raise click.ClickException(one_line(str(exc))) from None
+        startup_s = time.perf_counter() - started
+        try:
+            result = clean_planned_on_spark(spark, plan, cleaner, now_ms=now_ms, forced_from=forced_from,
+                                            forced_to=forced_to, dry_run=dry_run, once=once)
+        except SparkCleanUsageError as exc:
+            raise OneLineUsageError(str(exc)) from None
+        except SparkCleanJobError as exc:  # a task that failed every attempt, a lost cluster
+            raise click.ClickException(one_line(str(exc))) from None
+        finally:
+            console.end_progress()
+            stop_session(spark)
+    finally:
+        console.close()
+    for summary in result.summaries:
+        report(summary)
+    total = total_summary(result.summaries)
+    total.update(master=master, tasks=result.tasks, spark_startup_s=round(startup_s, 3),
+                 elapsed_s=round(result.elapsed_s, 3))
+    if as_json:
+        click.echo(json.dumps({"total": total}))
+    else:
+        click.echo(f"total: {total['partitions']} partition(s) in {total['tasks']} Spark task(s) on {master}, "
+                   f"{total['elapsed_s']:.1f} s (Spark start-up {total['spark_startup_s']:.1f} s): {total['ok']} ok, "
+                   f"{total['failed']} failed, {total['skipped']} skipped; {total['records_read']} records read, "
+                   f"{total['records_written']} written; {megabytes(total['size_before_bytes'])} -> "
+                   f"{megabytes(total['size_after_bytes'])}")
 
 
 class _Terminated(BaseException):

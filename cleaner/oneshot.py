@@ -2,19 +2,21 @@
 
 Owns finding the partitions under the paths a user gives (a partition directory or a log directory of
 them, never KRaft's `__cluster_metadata-0` nor `-delete`/`-future`/`-stray` directories), planning them
-(each one's log dir view and its policy by `cleaner.policy`'s rule: `plan_partitions`), and cleaning each
-one by its `cleanup.policy`: retention (`cleaner.retention`) of expired segments and segments below the
-log start first, then — compacted topics — rounds until the dirty section is done (a full offset map means
-several rounds) regardless of `min.cleanable.dirty.ratio`, each launched as the daemon's threads launch
-theirs (`cleaner.launch`), then the delete-horizon passes Kafka would come back for (KIP-534: a kept
-tombstone or marker whose horizon has passed; `delete.retention.ms=0` makes the one the first pass stamps
-due at once), then `retention.bytes` on the compacted log. A failing partition does not stop the others;
-its outcome says why.
+(each one's log dir view and its policy by `cleaner.policy`'s rule: `plan_partitions`; with the refusals every
+clean shares, on threads or in Spark: `plan_clean`), and cleaning each one by its `cleanup.policy`: retention
+(`cleaner.retention`) of expired segments and segments below the log start first, then — compacted topics —
+rounds until the dirty section is done (a full offset map means several rounds) regardless of
+`min.cleanable.dirty.ratio`, each launched as the daemon's threads launch theirs (`cleaner.launch`), then the
+delete-horizon passes Kafka would come back for (KIP-534: a kept tombstone or marker whose horizon has passed;
+`delete.retention.ms=0` makes the one the first pass stamps due at once), then `retention.bytes` on the
+compacted log. A failing partition does not stop the others; its outcome says why.
 
 Several partitions (`clean_planned`) are cleaned on `log.cleaner.threads` threads, as the daemon's (the
 compiled kernels release the GIL), each with its own offset map — its share of `log.cleaner.dedupe.buffer.size`,
 as Kafka divides it — and each taking the next partition, the largest dirty section first
 (`dirty_section_bytes`); the outcomes are reported in the plan's order whatever order they finish in.
+`cleaner.spark_clean` runs the same `clean_partition` in Spark tasks instead of threads; `total_summary` adds
+outcomes up.
 """
 
 from __future__ import annotations
@@ -32,13 +34,23 @@ from offsetmap import OffsetMap
 from segments.codec.errors import LogStateError, SegmentError, display_path
 from segments.files.fileio import DEFAULT_FILE_OPS, BackgroundRemover, FileOps
 from segments.files.names import parse_segment_file_name
-from segments.files.pathcheck import describe_os_error, find_partition_dirs, partition_dir_name_problem
+from segments.files.pathcheck import RefusedPath, describe_os_error, find_partition_dirs, partition_dir_name_problem
 from segments.files.readahead import WindowRing
 from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
+from segments.partition.locks import log_dir_owner
 from segments.partition.log import Mode, PartitionLog, parse_partition_dir_name
 
 from . import launch
-from .policy import NEVER_TOUCHED_TOPICS, ClusterView, TopicPolicy, cluster_view, resolve_policy
+from .errors import CleanerError
+from .policy import (
+    NEVER_TOUCHED_TOPICS,
+    ClusterView,
+    PolicyError,
+    TopicPolicy,
+    cluster_view,
+    resolve_policy,
+    unknown_policy_hint,
+)
 from .retention import RetentionResult, apply_retention
 from .round import CleaningAbortedError, RoundResult
 from .settings import CleanerSettings, Settings
@@ -46,8 +58,9 @@ from .survey import WINDOW_BYTES, SurveyMemo
 from .throttle import Throttle
 
 __all__ = [
-    "PartitionOutcome", "PlannedPartition", "clean_partition", "clean_planned", "dirty_section_bytes",
-    "find_partitions", "plan_partitions",
+    "CleanRefusedError", "PartitionOutcome", "PlannedPartition", "clean_partition", "clean_planned",
+    "dirty_section_bytes", "dirty_section_sizes", "find_partitions", "largest_first", "plan_clean", "plan_partitions",
+    "refused_summary", "total_summary",
 ]
 
 log = logging.getLogger(__name__)
@@ -114,6 +127,28 @@ class PartitionOutcome:
         return out
 
 
+TOTAL_SUMMED = ("rounds", "segments_deleted", "bytes_deleted", "records_read", "records_written", "bytes_read",
+                "bytes_written", "size_before_bytes", "size_after_bytes", "invalid_records")
+
+
+def total_summary(summaries: list[dict]) -> dict:
+    """The total of partitions' `PartitionOutcome.summary()`s: `partitions`, how many are `ok`, `failed` and
+    `skipped`, and the sums of `TOTAL_SUMMED` (a field a summary lacks counts 0)."""
+    statuses = [s["status"] for s in summaries]
+    out: dict = {"partitions": len(summaries), "ok": statuses.count("ok"), "failed": statuses.count("failed"),
+                 "skipped": statuses.count("skipped")}
+    for name in TOTAL_SUMMED:
+        out[name] = sum(s.get(name, 0) for s in summaries)
+    return out
+
+
+def refused_summary(item: RefusedPath) -> dict:
+    """The summary of a path that `find_partition_dirs` refused as a partition and that fails a clean
+    (`item.failed`: a symbolic link, a file that is not a regular one, in a log dir), in `summary()`'s shape."""
+    return {"partition": display_path(item.path.name), "directory": display_path(item.path), "status": "failed",
+            "error": str(item)}
+
+
 def find_partitions(paths: list[str | os.PathLike]) -> Iterator[Path]:
     """Partition directories named by `paths` (each one, or the children of a log directory), sorted.
 
@@ -147,6 +182,52 @@ def plan_partitions(partitions: list[Path], settings: Settings, *, named: frozen
         planned.append(PlannedPartition(directory, views[log_dir],
                                         resolve_policy(topic, views[log_dir], named=directory in named)))
     return planned
+
+
+class CleanRefusedError(CleanerError):
+    """`clean` refuses the whole request and changes nothing: the message is one line, `details` are lines that
+    follow it (each unknown policy's topic and the line that decides it); `exit_code` 2 for what the request
+    asks (usage), 1 for what a log dir holds (a running broker, KRaft metadata that cannot be read)."""
+
+    def __init__(self, message: str, *, exit_code: int, details: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.details = details
+
+
+def plan_clean(partitions: list[Path], settings: Settings, *, named: frozenset[Path] = frozenset()
+               ) -> list[PlannedPartition]:
+    """The plan of a clean of `partitions` (found by `segments.files.pathcheck.find_partition_dirs`), by the rules
+    `logcleaner clean` and `clean --spark` (and `cleaner.spark_clean.clean_partitions`) share: a partition in two
+    of the log dirs is refused (Kafka refuses to start so), a log dir a running broker owns is refused, each
+    topic's policy is resolved (`plan_partitions`), and a topic whose policy is unknown refuses the whole plan.
+    Raises `CleanRefusedError`."""
+    names = [p.name for p in partitions]
+    if twice := sorted({n for n in names if names.count(n) > 1}):  # which copy is the log would be a guess
+        raise CleanRefusedError(
+            f"partition {twice[0]} is in two of the given log dirs "
+            f"({', '.join(str(p.parent) for p in partitions if p.name == twice[0])}); Kafka refuses to start so, "
+            "and so does logcleaner: clean one log dir at a time", exit_code=2)
+    for log_dir in sorted({p.parent for p in partitions}):
+        if (owner := log_dir_owner(log_dir)) is not None:
+            raise CleanRefusedError(str(owner), exit_code=1)
+    try:
+        plan = plan_partitions(partitions, settings, named=named)
+    except PolicyError as exc:
+        raise CleanRefusedError(str(exc), exit_code=1) from None
+    unknown: dict[str, list[PlannedPartition]] = {}
+    for planned in plan:
+        if not planned.policy.known and not planned.policy.never:
+            unknown.setdefault(planned.policy.topic, []).append(planned)
+    if unknown:  # one error, its first line complete in itself; the topics follow, indented
+        details = []
+        for topic, items in sorted(unknown.items()):
+            details += [f"  {topic} ({len(items)} partition(s)): {items[0].policy.source}",
+                        f"    {unknown_policy_hint(topic)}"]
+        raise CleanRefusedError(f"the cleanup policy of {len(unknown)} topic(s) is unknown (listed below), so nothing "
+                                "was changed; decide each in the config file (-c) or with --set",
+                                exit_code=2, details=tuple(details))
+    return plan
 
 
 def clean_partition(
@@ -268,8 +349,10 @@ def dirty_section_bytes(directory: Path, checkpoint: int | None) -> int:
         return 0
 
 
-def _largest_first(plan: list[PlannedPartition]) -> list[int]:
-    """The indexes of `plan`, the largest dirty section of a compacted topic first (ties in the plan's order)."""
+def dirty_section_sizes(plan: list[PlannedPartition]) -> list[int]:
+    """For each planned partition, what `clean_planned` and `clean --spark` order the work by: its dirty section's
+    bytes (`dirty_section_bytes`, from its log dir's cleaner checkpoint, read once per log dir) when its topic is
+    compacted, else 0 (skipped, or retention only: quick)."""
     checkpoints: dict[Path, dict] = {}
     sizes = []
     for planned in plan:
@@ -284,7 +367,12 @@ def _largest_first(plan: list[PlannedPartition]) -> list[int]:
             except (SegmentError, OSError):
                 checkpoints[log_dir] = {}  # the round reports an unreadable checkpoint
         sizes.append(dirty_section_bytes(planned.directory, checkpoints[log_dir].get(parsed)))
-    return sorted(range(len(plan)), key=lambda i: -sizes[i])
+    return sizes
+
+
+def largest_first(sizes: list[int]) -> list[int]:
+    """The indexes of `sizes`, the largest first (ties in their order)."""
+    return sorted(range(len(sizes)), key=lambda i: -sizes[i])
 
 
 def clean_planned(
@@ -318,7 +406,7 @@ def clean_planned(
     remover = BackgroundRemover()  # the swaps' `.deleted` files, removed while the threads go on; drained at the end
     changed = threading.Condition()
     io_lock = threading.Lock()  # on_bytes and report: one at a time (a progress bar is not thread-safe)
-    pending = collections.deque(_largest_first(plan))
+    pending = collections.deque(largest_first(dirty_section_sizes(plan)))
     finished: dict[int, PartitionOutcome | None] = {}  # None: aborted
 
     def check_abort() -> None:

@@ -11,14 +11,16 @@ changes what `clean` does or is refused, naming the setting and why. Two kinds a
 `metadata.log.dir`.) A config file or a `server.properties` may hold any of them: a broker's file holds many settings `clean`
 has no use for, so they are read (and checked) but not refused. `tests/cleaner/test_settings_used.py`
 walks the whole settings table and shows, for each setting, a command whose outcome it changes or this
-refusal. Pure data and one lookup; no I/O.
+refusal. `clean --spark` also refuses what only threads use (`SPARK_CLEAN_REFUSES`). Pure data and lookups;
+no I/O.
 """
 
 from __future__ import annotations
 
 from types import MappingProxyType
 
-__all__ = ["CLEAN_REFUSES", "DAEMON_ONLY", "UNUSED", "refusal_for_clean"]
+__all__ = ["CLEAN_REFUSES", "DAEMON_ONLY", "SPARK_CLEAN_REFUSES", "UNUSED", "refusal_for_clean",
+           "refusal_for_spark_clean"]
 
 _PICKS = "the daemon uses it to choose which log to clean next; clean cleans every partition it is given"
 
@@ -57,3 +59,15 @@ CLEAN_REFUSES = MappingProxyType({
 def refusal_for_clean(name: str) -> str | None:
     """The one-line refusal of `clean --set <name>=...`, or None when `clean` uses the setting."""
     return CLEAN_REFUSES.get(name)
+
+
+SPARK_CLEAN_REFUSES = MappingProxyType({
+    "log.cleaner.threads": "--set log.cleaner.threads: clean --spark cleans one partition at a time in each Spark "
+                           "task, with the whole log.cleaner.dedupe.buffer.size; the executors' cores "
+                           "(spark.executor.cores) set how many run at once",
+})
+
+
+def refusal_for_spark_clean(name: str) -> str | None:
+    """The one-line refusal of `clean --spark --set <name>=...` beyond `refusal_for_clean`'s, or None."""
+    return SPARK_CLEAN_REFUSES.get(name)
