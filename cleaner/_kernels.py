@@ -1,7 +1,9 @@
 """Compiled per-record loops of a cleaning round (numba, cached on disk).
 
-Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), and the recopy
-phase's `assemble_batches` (verbatim copies, empty headers, uncompressed and lz4 v2 rebuilds of one window),
+Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), the recopy's decisions
+over a window (`decide_window`: the actions and the keep mask; `window_horizons`: delete horizons and the
+window's counters), and the recopy phase's `assemble_batches` (verbatim copies, empty headers, uncompressed
+and lz4 v2 rebuilds of one window),
 `copy_records` and `rebase_records` (copying kept v2 records into a new records region, rewriting each
 record's timestamp delta when a rebuilt batch gets a new base timestamp: the first kept record's, or the delete
 horizon). Every other field of a record is copied byte for byte. Inputs are trusted: they come from a scan
@@ -21,7 +23,10 @@ from segments.codec import format as fmt
 from segments.codec._header_kernels import write_v2_header
 from segments.codec._lz4_kernels import compress_frame, frame_bound
 
-__all__ = ["assemble_batches", "copy_records", "mark_offsets", "offsets_marked", "rebase_records"]
+__all__ = [
+    "assemble_batches", "copy_records", "decide_window", "mark_offsets", "offsets_marked", "rebase_records",
+    "window_horizons",
+]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -235,3 +240,232 @@ def assemble_batches(
         n_out += 1
         out_pos = o
     return n, out_pos, n_out, 0
+
+
+# ---- the recopy's decisions over one window (`cleaner.recopy._decide`, `_horizons`) --------------------------------
+
+DECIDE_DONE = 0  # action, keep and needs_horizon are final
+DECIDE_LOOKUP = 1  # records `lookup[:count]` need the offset map: call again at phase 1 with `found` filled
+DECIDE_MARKERS = 2  # the window's markers need `recopy._markers_discardable`: call again at phase 2 with it
+
+# decide_window's `scalars`: [lookup count, invalid (unkeyed) records]
+DECIDE_LOOKUPS = 0
+DECIDE_INVALID = 1
+DECIDE_SCALARS = 2
+
+# window_horizons' `counts`
+COUNT_RECORDS_WRITTEN = 0
+COUNT_DIRTY_READ = 1
+COUNT_DIRTY_WRITTEN = 2
+COUNT_VERBATIM = 3
+COUNT_REBUILT = 4
+COUNT_EMPTIED = 5
+COUNT_STAMPED = 6  # rebuilt batches stamped with a new delete horizon
+COUNT_EARLIEST_PENDING = 7  # the soonest pending horizon of the window's written batches, -1 for none
+COUNT_KEPT_CONTROL = 8  # how many base offsets of kept control batches are in `kept_control`
+COUNTS = 9
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _is_control(magic, attributes):
+    return magic >= fmt.MAGIC_V2 and (attributes & fmt.CONTROL_FLAG) != 0
+
+
+@numba.njit(cache=True, nogil=True)
+def decide_window(
+    phase, offsets, key_len, value_len, batch_index, magic, attributes, producer_id, records_count, record_start,
+    horizon, aborted, retain_empty, bits, bits_start, use_bits, latest_offset, now_ms, partial, retain_legacy,
+    group_last, txn_tracking, is_latest, lookup, found, keep, kept, marker_discardable, action, needs_horizon, scalars,
+):
+    """The per-batch actions and the per-record keep mask of one recopied window (the rules: `recopy._decide`).
+
+    Phase 0 marks each keyed record of a live data batch up to `latest_offset` the latest of its key unless the
+    superseded bitmap (`bits` from `bits_start`, with `use_bits`) says a later record has its key; records the
+    bitmap does not cover go to `lookup` and the kernel returns DECIDE_LOOKUP. Phase 1 (with `found`, the map's
+    offset for each of them) finishes `is_latest` and keeps the data records: past `latest_offset`, or the
+    latest of their key and not a tombstone whose delete horizon passed (`retain_legacy` for legacy batches;
+    every tombstone in a `partial` round), in batches neither control nor `aborted`; `kept` counts them per
+    batch, `scalars[DECIDE_INVALID]` the unkeyed records among them. It returns DECIDE_MARKERS when a
+    marker's fate needs the transactions (a control batch with records, or with `txn_tracking` a transactional
+    data batch written); else every marker is discardable only when empty. Phase 2 (with `marker_discardable`)
+    keeps the control records of markers that stay, and sets `needs_horizon` and `action` per batch;
+    `retain_empty` batches keeping nothing are written empty, and the group's last batch (`group_last` >= 0), a
+    legacy one, is kept whole. Returns DECIDE_DONE then.
+    """
+    n = magic.size
+    if phase == 0:
+        count = 0
+        end = bits_start + 8 * bits.size
+        for r in range(offsets.size):
+            is_latest[r] = 0
+            b = batch_index[r]
+            if key_len[r] < 0 or offsets[r] > latest_offset or _is_control(magic[b], attributes[b]):
+                continue
+            o = offsets[r]
+            if use_bits and bits_start <= o < end:
+                d = o - bits_start
+                is_latest[r] = 1 - ((bits[d >> 3] >> (d & 7)) & 1)
+            else:
+                lookup[count] = r
+                count += 1
+        scalars[DECIDE_LOOKUPS] = count
+        if count:
+            return DECIDE_LOOKUP
+        phase = 1
+    if phase == 1:
+        for j in range(scalars[DECIDE_LOOKUPS]):
+            r = lookup[j]
+            is_latest[r] = 1 if offsets[r] >= found[j] else 0
+        invalid = 0
+        for b in range(n):
+            kept[b] = 0
+        for r in range(offsets.size):
+            b = batch_index[r]
+            keep[r] = False
+            if aborted[b] or _is_control(magic[b], attributes[b]):
+                continue
+            if offsets[r] > latest_offset:
+                keep[r] = True
+                kept[b] += 1
+                continue
+            if key_len[r] < 0:
+                invalid += 1
+                continue
+            if not is_latest[r]:
+                continue
+            if value_len[r] < 0 and not partial:
+                if magic[b] == fmt.MAGIC_V2:
+                    h = horizon[b]
+                    retain = h < 0 or now_ms < h
+                else:
+                    retain = retain_legacy
+                if not retain:
+                    continue
+            keep[r] = True
+            kept[b] += 1
+        scalars[DECIDE_INVALID] = invalid
+        python = False
+        for b in range(n):
+            control = _is_control(magic[b], attributes[b])
+            if control and records_count[b] != 0:
+                python = True
+            elif (txn_tracking and not control and (kept[b] > 0 or retain_empty[b]) and producer_id[b] >= 0
+                  and magic[b] >= fmt.MAGIC_V2 and (attributes[b] & fmt.TRANSACTIONAL_FLAG) != 0):
+                python = True
+            marker_discardable[b] = control and records_count[b] == 0
+        if python:
+            return DECIDE_MARKERS
+    # phase 2: the markers, then the actions
+    for r in range(offsets.size):
+        b = batch_index[r]
+        if (_is_control(magic[b], attributes[b]) and not partial and marker_discardable[b] and horizon[b] >= 0
+                and horizon[b] <= now_ms):
+            continue  # a discarded marker
+        if _is_control(magic[b], attributes[b]):
+            keep[r] = True
+    kept_tombstones = np.zeros(n, np.int64)
+    for b in range(n):
+        kept[b] = 0
+    for r in range(offsets.size):
+        if keep[r]:
+            b = batch_index[r]
+            kept[b] += 1
+            if value_len[r] < 0:
+                kept_tombstones[b] += 1
+    for b in range(n):
+        v2 = magic[b] == fmt.MAGIC_V2
+        control = _is_control(magic[b], attributes[b])
+        nh = (v2 and kept[b] > 0 and horizon[b] < 0
+              and (kept_tombstones[b] > 0 or (control and marker_discardable[b])))
+        needs_horizon[b] = nh
+        a = ACTION_DROP
+        if kept[b] > 0 and kept[b] == records_count[b] and not nh:
+            a = ACTION_VERBATIM
+        elif kept[b] > 0 and (kept[b] < records_count[b] or nh):
+            a = ACTION_REBUILD
+        elif kept[b] == 0 and retain_empty[b]:
+            a = ACTION_EMPTY
+        action[b] = a
+    if (group_last >= 0 and magic[group_last] != fmt.MAGIC_V2 and action[group_last] == ACTION_DROP
+            and records_count[group_last] != 0):
+        # A legacy batch cannot be emptied; kept whole it still ends the group where the old segments end.
+        action[group_last] = ACTION_VERBATIM
+        for r in range(record_start[group_last], record_start[group_last + 1]):
+            keep[r] = True
+    return DECIDE_DONE
+
+
+@numba.njit(cache=True, nogil=True)
+def window_horizons(
+    action, keep, needs_horizon, offsets, value_len, batch_index, magic, attributes, base_offset, horizon,
+    first_dirty, now_ms, new_horizon, partial, clear, pending, kept_control, counts,
+):
+    """The delete horizons of a window's written batches (the rules: `recopy._horizons`) and its counters.
+
+    A written batch holds a horizon while it keeps a tombstone or is a control batch; a v2 batch written that
+    holds none loses its horizon (`clear`; one to be copied is rebuilt instead, in `action`). `pending` is the
+    horizon each holding batch is written with (`new_horizon` where `needs_horizon`), -1 for the others and, in
+    a full round (not `partial`), for a horizon already passed that is not new. `counts` (COUNT_*): records
+    written, dirty records (offset >= `first_dirty`, not in a control batch) read and written, batches by
+    action, rebuilt batches newly stamped, the soonest pending horizon, and how many base offsets of kept
+    control batches were written to `kept_control`.
+    """
+    n = action.size
+    kept_tombstones = np.zeros(n, np.int64)
+    written_records = 0
+    dirty_read = 0
+    dirty_written = 0
+    for r in range(offsets.size):
+        b = batch_index[r]
+        if keep[r]:
+            written_records += 1
+            if value_len[r] < 0:
+                kept_tombstones[b] += 1
+        if offsets[r] >= first_dirty and not _is_control(magic[b], attributes[b]):
+            dirty_read += 1
+            if keep[r]:
+                dirty_written += 1
+    verbatim = 0
+    rebuilt = 0
+    emptied = 0
+    stamped = 0
+    earliest = np.int64(-1)
+    controls = 0
+    for b in range(n):
+        control = _is_control(magic[b], attributes[b])
+        written = action[b] == ACTION_VERBATIM or action[b] == ACTION_REBUILD
+        holds = written and (kept_tombstones[b] > 0 or control)
+        c = written and not holds and horizon[b] >= 0 and magic[b] == fmt.MAGIC_V2
+        clear[b] = c
+        if c and action[b] == ACTION_VERBATIM:
+            action[b] = ACTION_REBUILD
+        p = new_horizon if needs_horizon[b] else horizon[b]
+        if not holds:
+            p = -1
+        if not partial and not needs_horizon[b] and p <= now_ms:
+            p = -1
+        pending[b] = p
+        if p >= 0 and (earliest < 0 or p < earliest):
+            earliest = p
+        a = action[b]
+        if a == ACTION_VERBATIM:
+            verbatim += 1
+        elif a == ACTION_REBUILD:
+            rebuilt += 1
+            if needs_horizon[b]:
+                stamped += 1
+        elif a == ACTION_EMPTY:
+            emptied += 1
+        if control and a != ACTION_DROP:
+            kept_control[controls] = base_offset[b]
+            controls += 1
+    counts[COUNT_RECORDS_WRITTEN] = written_records
+    counts[COUNT_DIRTY_READ] = dirty_read
+    counts[COUNT_DIRTY_WRITTEN] = dirty_written
+    counts[COUNT_VERBATIM] = verbatim
+    counts[COUNT_REBUILT] = rebuilt
+    counts[COUNT_EMPTIED] = emptied
+    counts[COUNT_STAMPED] = stamped
+    counts[COUNT_EARLIEST_PENDING] = earliest
+    counts[COUNT_KEPT_CONTROL] = controls
+

@@ -10,16 +10,19 @@ each group's output. Rules that matter to the rest of the round:
 * A batch carries a delete horizon only while it keeps a tombstone or is a kept marker, so a passed horizon
   always means work for the next pass (`RecopyStats.earliest_delete_horizon_ms`).
 * A group whose output is its input byte for byte is not swapped: a pass with nothing to remove changes no file.
-* All decisions are numpy over a window's scan arrays; Python loops only per batch that must be rebuilt.
+* A window's decisions are compiled calls over its scan arrays (`_kernels.decide_window`, `window_horizons`);
+  Python runs per batch only for one the kernels cannot rebuild, and per window for map lookups and markers.
 The rules in full, and why they differ from Kafka's where they do: see docs/design.md, "Recopy".
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import numpy as np
 
@@ -149,6 +152,15 @@ def group_segments(
     return groups
 
 
+@functools.cache
+def _kern() -> ModuleType:
+    """`cleaner._kernels`, imported at the first call: numba loads only when a round recopies (the CLI's start-up
+    stays fast), and a cached call is cheaper per window than an `import` statement."""
+    from . import _kernels
+
+    return _kernels
+
+
 class _OutputBuffer:
     """A reusable output area for one window's batches, grown when a window needs more."""
 
@@ -202,62 +214,69 @@ def _producer_last_batches(result, ctx: RecopyContext) -> np.ndarray:
 
 
 def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_last: int):
-    """Per-batch actions and the per-record keep mask for one window (see docs/design.md, "Recopy")."""
+    """Per-batch actions and the per-record keep mask for one window (see docs/design.md, "Recopy").
+
+    The records are decided by `_kernels.decide_window` in one call without the GIL; Python runs between its
+    phases only for records the superseded bitmap does not cover (looked up in the map) and for a window whose
+    markers depend on its transactions (`_markers_discardable`). The batches' transaction facts come from the
+    survey (`aborted_batches`, `_producer_last_batches`).
+    """
+    kern = _kern()
     n = result.n_batches
-    survey = ctx.survey
-    bi = result.batch_index
-    control = result.is_control
-    v2 = result.magic == fmt.MAGIC_V2
-    horizon = result.delete_horizon_ms
-    has_horizon = horizon >= 0
-    aborted = survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional) & ~control
-    retain_empty = v2 & _producer_last_batches(result, ctx)
+    magic = result.magic
+    aborted = ctx.survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional)
+    retain_empty = _producer_last_batches(result, ctx)
+    retain_empty &= magic == fmt.MAGIC_V2
     if group_last >= 0:
-        retain_empty[group_last] |= v2[group_last]
-    offsets = result.offset
-    beyond = offsets > ctx.latest_offset
-    keyed = result.key_len >= 0
-    candidates = np.nonzero(keyed & ~beyond & ~control[bi])[0]
-    is_latest = np.zeros(result.n_records, dtype=bool)
-    if ctx.superseded is not None and len(candidates):
-        marked = ctx.superseded.marked(offsets[candidates])
-        is_latest[candidates[marked == 0]] = True
-        lookup = candidates[marked < 0]
-    else:
-        lookup = candidates
-    if len(lookup):
-        in_arena = result.record_in_arena[lookup] if len(result.arena) else np.zeros(len(lookup), dtype=bool)
-        for flag, source in ((False, result.buffer), (True, result.arena)):
-            sel = np.nonzero(in_arena == flag)[0]
-            if len(sel):
-                r = lookup[sel]
-                h1, h2 = hash_key_spans(source, result.key_pos[r], result.key_len[r], ctx.offset_map.seed)
-                is_latest[r] = offsets[r] >= ctx.offset_map.lookup_hashes(h1, h2)
-    tombstone = result.value_len < 0
-    retain_tombstone = np.where(v2, ~has_horizon | (ctx.now_ms < horizon), retain_tombstones_legacy) | ctx.partial
-    # Data records first: whether a marker may go depends on the data batches its transaction keeps.
-    live_data = ~aborted[bi] & ~control[bi]
-    keep = live_data & (beyond | (is_latest & (~tombstone | retain_tombstone[bi])))
-    invalid = int(np.count_nonzero(live_data & ~beyond & ~keyed))
-    kept = np.bincount(bi, weights=keep, minlength=n).astype(np.int64)
-    # An empty header kept for its producer is data still: without its marker it would read as an open transaction.
-    marker_discardable = _markers_discardable(result, ctx, ~control & ((kept > 0) | retain_empty))
-    discard_markers = control & marker_discardable & has_horizon & (horizon <= ctx.now_ms)
-    if ctx.partial:  # what a marker commits or aborts may lie in an older generation
-        discard_markers[:] = False
-    keep |= control[bi] & ~discard_markers[bi]
-    kept = np.bincount(bi, weights=keep, minlength=n).astype(np.int64)
-    kept_tombstones = np.bincount(bi[keep & tombstone], minlength=n)
-    needs_horizon = v2 & (kept > 0) & ~has_horizon & ((kept_tombstones > 0) | (control & marker_discardable))
-    action = np.full(n, ACTION_DROP, dtype=np.int8)
-    action[(kept > 0) & (kept == result.records_count) & ~needs_horizon] = ACTION_VERBATIM
-    action[(kept > 0) & ((kept < result.records_count) | needs_horizon)] = ACTION_REBUILD
-    action[(kept == 0) & retain_empty] = ACTION_EMPTY
-    if group_last >= 0 and not v2[group_last] and action[group_last] == ACTION_DROP and result.records_count[group_last]:
-        # A legacy batch cannot be emptied; kept whole it still ends the group where the old segments end.
-        action[group_last] = ACTION_VERBATIM
-        keep[result.record_start[group_last] : result.record_start[group_last + 1]] = True
-    return action, keep, needs_horizon, invalid
+        retain_empty[group_last] |= magic[group_last] == fmt.MAGIC_V2
+    superseded = ctx.superseded
+    bits, bits_start = (superseded.bits, superseded.start) if superseded is not None else (_NO_BITS, 0)
+    n_records = result.n_records
+    is_latest = np.empty(n_records, dtype=np.uint8)
+    lookup = np.empty(n_records, dtype=np.int64)
+    keep = np.empty(n_records, dtype=np.bool_)
+    kept = np.empty(n, dtype=np.int64)
+    discardable = np.empty(n, dtype=np.bool_)
+    action = np.empty(n, dtype=np.int8)
+    needs_horizon = np.empty(n, dtype=np.bool_)
+    scalars = np.zeros(kern.DECIDE_SCALARS, dtype=np.int64)
+    found = _NO_OFFSETS
+    phase = 0
+    while True:
+        status = kern.decide_window(
+            phase, result.offset, result.key_len, result.value_len, result.batch_index, magic, result.attributes,
+            result.producer_id, result.records_count, result.record_start, result.delete_horizon_ms, aborted,
+            retain_empty, bits, bits_start, superseded is not None, ctx.latest_offset, ctx.now_ms, ctx.partial,
+            retain_tombstones_legacy, group_last, ctx.txn_data_written is not None, is_latest, lookup, found, keep,
+            kept, discardable, action, needs_horizon, scalars,
+        )
+        if status == kern.DECIDE_LOOKUP:
+            found = _map_offsets(result, ctx, lookup[: int(scalars[kern.DECIDE_LOOKUPS])])
+            phase = 1
+        elif status == kern.DECIDE_MARKERS:
+            control = result.is_control
+            discardable = _markers_discardable(result, ctx, ~control & ((kept > 0) | retain_empty))
+            phase = 2
+        else:
+            return action, keep, needs_horizon, int(scalars[kern.DECIDE_INVALID])
+
+
+_NO_BITS = np.zeros(0, dtype=np.uint8)
+_NO_OFFSETS = np.zeros(0, dtype=np.int64)
+
+
+def _map_offsets(result, ctx: RecopyContext, records: np.ndarray) -> np.ndarray:
+    """The offset the map holds for the key of each of `records` (indices into the scan's record arrays), -1 for
+    a key it does not hold."""
+    found = np.empty(len(records), dtype=np.int64)
+    in_arena = result.record_in_arena[records] if len(result.arena) else np.zeros(len(records), dtype=bool)
+    for flag, source in ((False, result.buffer), (True, result.arena)):
+        sel = np.nonzero(in_arena == flag)[0]
+        if len(sel):
+            r = records[sel]
+            h1, h2 = hash_key_spans(source, result.key_pos[r], result.key_len[r], ctx.offset_map.seed)
+            found[sel] = ctx.offset_map.lookup_hashes(h1, h2)
+    return found
 
 
 def _markers_discardable(result, ctx: RecopyContext, data_written: np.ndarray) -> np.ndarray:
@@ -302,21 +321,22 @@ def _horizons(result, ctx: RecopyContext, action, keep, needs_horizon):
     "Recopy"): a v2 batch written with records that keeps neither loses it (rebuilt, if it was to be
     copied). The pending horizon of a batch that keeps one is the one it is written with; in a full round a
     horizon that had already passed counts no more, since this pass kept the batch anyway (records past the
-    offset map's end, which the next round of a partition cleans regardless). Returns (action, clear, pending).
+    offset map's end, which the next round of a partition cleans regardless). One compiled call
+    (`_kernels.window_horizons`), which also counts the window for `RecopyStats`. Returns (action, clear,
+    counts, kept control batches' base offsets); `counts` is indexed by `_kernels.COUNT_*`.
     """
+    kern = _kern()
     n = result.n_batches
-    bi = result.batch_index
-    kept_tombstones = np.bincount(bi[keep & (result.value_len < 0)], minlength=n)
-    written = (action == ACTION_VERBATIM) | (action == ACTION_REBUILD)
-    holds = written & ((kept_tombstones > 0) | result.is_control)
-    clear = written & ~holds & (result.delete_horizon_ms >= 0) & (result.magic == fmt.MAGIC_V2)
-    if clear.any():
-        action = np.where(clear & (action == ACTION_VERBATIM), ACTION_REBUILD, action).astype(action.dtype)
-    pending = np.where(needs_horizon, ctx.now_ms + ctx.delete_retention_ms, result.delete_horizon_ms)
-    pending = np.where(holds, pending, -1)
-    if not ctx.partial:
-        pending = np.where(~needs_horizon & (pending <= ctx.now_ms), -1, pending)
-    return action, clear, pending
+    clear = np.empty(n, dtype=np.bool_)
+    pending = np.empty(n, dtype=np.int64)
+    kept_control = np.empty(n, dtype=np.int64)
+    counts = np.empty(kern.COUNTS, dtype=np.int64)
+    kern.window_horizons(
+        action, keep, needs_horizon, result.offset, result.value_len, result.batch_index, result.magic,
+        result.attributes, result.base_offset, result.delete_horizon_ms, ctx.first_dirty, ctx.now_ms,
+        ctx.now_ms + ctx.delete_retention_ms, ctx.partial, clear, pending, kept_control, counts,
+    )
+    return action, clear, counts, kept_control[: int(counts[kern.COUNT_KEPT_CONTROL])]
 
 
 def _rebuild_v2(result, i: int, records: np.ndarray, stamp_horizon: bool, ctx: RecopyContext,
@@ -383,7 +403,7 @@ def _rebuild_legacy(result, i: int, records: np.ndarray) -> tuple[bytes, int, in
     return data, inner[-1].offset, max_ts
 
 
-def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stats: RecopyStats, out: _OutputBuffer,
+def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, out: _OutputBuffer,
                    clear_horizon: np.ndarray | None = None):
     """Write the window's output batches into `out`; returns (bytes written, batches written).
 
@@ -451,10 +471,6 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, stat
         i += 1
     # The CRC-32C of every batch the kernel wrote, in one compiled call without the GIL.
     stamp_v2_crcs(out.data, out.positions[:count][out.needs_crc[:count]])
-    stats.batches_copied_verbatim += int(np.count_nonzero(action == ACTION_VERBATIM))
-    stats.batches_rebuilt += int(np.count_nonzero(action == ACTION_REBUILD))
-    stats.batches_emptied += int(np.count_nonzero(action == ACTION_EMPTY))
-    stats.tombstones_stamped_batches += int(np.count_nonzero(needs_horizon & (action == ACTION_REBUILD)))
     return pos, count
 
 
@@ -491,7 +507,7 @@ def clean_group(
         kept_markers: list[int] = []
         output = _OutputBuffer()
         unchanged = len(group) == 1  # several segments become one: never the same files
-        for result, action, keep, needs_horizon, clear_horizon, pending, invalid in read_ahead(
+        for result, action, keep, needs_horizon, clear_horizon, counts, kept_control, invalid in read_ahead(
             _decided_windows(group, ctx, ring if ring is not None else WindowRing(WINDOW_BYTES), charge_io),
             name="recopy-read-ahead",
         ):
@@ -501,19 +517,14 @@ def clean_group(
             on_bytes(read, "read")
             stats.records_read += result.n_records
             stats.batches_read += result.n_batches
-            _note_horizons(stats, pending)
-            stats.invalid_records += invalid
-            stats.records_written += int(np.count_nonzero(keep))
-            dirty = (result.offset >= ctx.first_dirty) & ~result.is_control[result.batch_index]
-            stats.dirty_records_read += int(np.count_nonzero(dirty))
-            stats.dirty_records_written += int(np.count_nonzero(dirty & keep))
-            written, batches = _window_output(result, ctx, action, keep, needs_horizon, stats, output, clear_horizon)
+            _count_window(stats, counts, invalid)
+            written, batches = _window_output(result, ctx, action, keep, needs_horizon, output, clear_horizon)
             stats.batches_written += batches
             if unchanged:  # a memcmp per window while nothing differs; nothing once something does
                 start = result.start_position - result.base_position
                 unchanged = written == read and np.array_equal(output.data[:written], result.buffer[start:start + read])
-            kept_control = np.nonzero(result.is_control & (action != ACTION_DROP))[0]
-            kept_markers.extend(int(result.base_offset[j]) for j in kept_control.tolist())
+            if len(kept_control):
+                kept_markers.extend(kept_control.tolist())
             if batches:
                 stats.bytes_written += written
                 on_bytes(written, "write")
@@ -552,8 +563,8 @@ def clean_group(
 
 def _decided_windows(group: list[LogSegment], ctx: RecopyContext, ring: WindowRing,
                      charge_io: Callable[[int], None] | None = None):
-    """(scan result, actions, keep mask, needs horizon, clear horizon, pending horizons, invalid count) per
-    window of `group`, in order (the transaction state of `ctx` advances window by window); runs on
+    """(scan result, actions, keep mask, needs horizon, clear horizon, the window's counts, its kept control
+    batches' base offsets, invalid count) per window of `group` (`_decide`, `_horizons`), in order (the transaction state of `ctx` advances window by window); runs on
     the read-ahead thread (charges each read to `charge_io` before it, reads, scans and decides; the map and
     the survey are only read in this phase)."""
     nonempty = [k for k, s in enumerate(group) if s.size_bytes > 0]
@@ -565,17 +576,26 @@ def _decided_windows(group: list[LogSegment], ctx: RecopyContext, ring: WindowRi
                                           before_read=charge_io):
             group_last = result.n_batches - 1 if (k == last_nonempty and result.end_position == size) else -1
             action, keep, needs_horizon, invalid = _decide(result, ctx, retain_legacy_tombstones, group_last)
-            action, clear_horizon, pending = _horizons(result, ctx, action, keep, needs_horizon)
-            yield result, action, keep, needs_horizon, clear_horizon, pending, invalid
+            action, clear_horizon, counts, kept_control = _horizons(result, ctx, action, keep, needs_horizon)
+            yield result, action, keep, needs_horizon, clear_horizon, counts, kept_control, invalid
 
 
-def _note_horizons(stats: RecopyStats, pending: np.ndarray) -> None:
-    """Track the soonest pending delete horizon (`_horizons`) of the written batches: when a next pass is due."""
-    horizons = pending[pending >= 0]
-    if len(horizons):
-        soonest = int(horizons.min())
-        if stats.earliest_delete_horizon_ms < 0 or soonest < stats.earliest_delete_horizon_ms:
-            stats.earliest_delete_horizon_ms = soonest
+def _count_window(stats: RecopyStats, counts: np.ndarray, invalid: int) -> None:
+    """Add a window's counters (`_horizons`) to `stats`, and track the soonest pending delete horizon of the
+    written batches: when a next pass is due."""
+    kern = _kern()
+    c = counts.tolist()
+    stats.invalid_records += invalid
+    stats.records_written += c[kern.COUNT_RECORDS_WRITTEN]
+    stats.dirty_records_read += c[kern.COUNT_DIRTY_READ]
+    stats.dirty_records_written += c[kern.COUNT_DIRTY_WRITTEN]
+    stats.batches_copied_verbatim += c[kern.COUNT_VERBATIM]
+    stats.batches_rebuilt += c[kern.COUNT_REBUILT]
+    stats.batches_emptied += c[kern.COUNT_EMPTIED]
+    stats.tombstones_stamped_batches += c[kern.COUNT_STAMPED]
+    soonest = c[kern.COUNT_EARLIEST_PENDING]
+    if soonest >= 0 and (stats.earliest_delete_horizon_ms < 0 or soonest < stats.earliest_delete_horizon_ms):
+        stats.earliest_delete_horizon_ms = soonest
 
 
 def _txn_entries(cleaned: LogSegment, group, kept_markers: list[int], original: dict,
