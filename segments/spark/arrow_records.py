@@ -17,28 +17,34 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..codec import format as fmt
+from ..codec._crc_kernels import stamp_v2_crcs
 from ..codec.records import encode_batch_from_region, make_attributes
-from ..codec.scan import ScanResult
 from ..partition.log import PartitionLog
-from ._arrow_kernels import encode_runs, gather_records, header_sizes
+from ._arrow_kernels import encode_batches, encode_runs, gather_records, header_sizes
+
+if TYPE_CHECKING:  # the scan's kernels are not loaded by a process that only encodes (a Spark write task)
+    from ..codec.scan import ScanResult
 
 __all__ = [
     "HEADER_TYPE",
     "RECORD_COLUMNS",
     "RECORD_SCHEMA",
     "SPARK_SCHEMA_DDL",
+    "BatchEncoder",
     "EncodedBatches",
     "binary_column",
     "binary_parts",
     "encode_table",
     "read_arrow_batches",
     "scan_to_arrow",
+    "timestamps_ms",
 ]
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -63,6 +69,13 @@ SPARK_SCHEMA_DDL = (
 )
 _WINDOW_BYTES = 8 * 1024 * 1024
 _EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
+_EMPTY_BYTES_READONLY = np.zeros(0, dtype=np.uint8)
+_EMPTY_BYTES_READONLY.flags.writeable = False
+_BATCH_BYTES_DEFAULT = 1024 * 1024 - fmt.RECORD_BATCH_OVERHEAD
+# the encode kernels' column arguments: key valid/offsets/data, value valid/offsets/data, timestamps, header
+# list offsets, header key offsets/data, header value valid/offsets/data
+_Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                 np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _validity(valid: np.ndarray) -> pa.Buffer | None:
@@ -193,7 +206,7 @@ class EncodedBatches:
     """v2 batches made from a table, grouped by partition: `data[p]` is partition p's batches, in input order,
     offsets counting from 0 in each call (an appender assigns the real ones)."""
 
-    data: dict[int, bytes]
+    data: dict[int, bytes | memoryview]
     records: dict[int, int]
 
 
@@ -209,11 +222,15 @@ def binary_column(column: pa.ChunkedArray | pa.Array, name: str) -> pa.Array:
 
 
 def binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(valid, offsets int64 into data, data uint8) of a binary array; a sliced array's offsets are absolute."""
+    """(valid, offsets int64 into data, data uint8) of a binary array; a sliced array's offsets are absolute.
+
+    `data` is always read-only (an Arrow buffer may or may not be mutable), so a compiled kernel sees one type
+    and loads one cached specialisation, whichever process built the array."""
     n = len(array)
     _, offsets, data = array.buffers()
     off = np.frombuffer(offsets, dtype=np.int32, count=n + 1, offset=array.offset * 4).astype(np.int64)
-    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else _EMPTY_BYTES
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else _EMPTY_BYTES_READONLY
+    raw.flags.writeable = False
     valid = np.ones(n, dtype=np.bool_) if array.null_count == 0 else array.is_valid().to_numpy(zero_copy_only=False)
     return valid, off, raw
 
@@ -221,7 +238,8 @@ def binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _header_parts(headers: pa.Array | None, n: int):
     if headers is None:
         empty = np.zeros(1, dtype=np.int64)
-        return np.zeros(n + 1, dtype=np.int64), empty, _EMPTY_BYTES, np.zeros(0, dtype=np.bool_), empty, _EMPTY_BYTES
+        no_bytes = _EMPTY_BYTES_READONLY
+        return np.zeros(n + 1, dtype=np.int64), empty, no_bytes, np.zeros(0, dtype=np.bool_), empty, no_bytes
     lengths = pc.list_value_length(headers).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     list_off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=list_off[1:])
@@ -234,6 +252,119 @@ def _header_parts(headers: pa.Array | None, n: int):
     return list_off, hk_off, hk_data, hv_valid, hv_off, hv_data
 
 
+def timestamps_ms(column: pa.ChunkedArray | pa.Array | None, rows: int, write_time_ms: int, name: str = "timestamp") -> np.ndarray:
+    """Record timestamps (int64 epoch ms) from a timestamp or epoch-milliseconds integer column (nulls: no
+    timestamp, -1); without a column, `write_time_ms` for each of `rows` rows. Raises `TypeError` naming the
+    column for any other type."""
+    if column is None:
+        return np.full(rows, write_time_ms, dtype=np.int64)
+    if pa.types.is_timestamp(column.type):
+        column = pc.cast(column, pa.timestamp("ms", tz=column.type.tz), safe=False).cast(pa.int64())
+    elif pa.types.is_integer(column.type):
+        column = column.cast(pa.int64())
+    else:
+        raise TypeError(f"the timestamp column {name!r} is {column.type}; it must be a timestamp or epoch milliseconds (long)")
+    return np.asarray(column.fill_null(fmt.NO_TIMESTAMP).to_numpy(), dtype=np.int64)
+
+
+class BatchEncoder:
+    """Rows → v2 batches per partition, keeping input order within each partition (see `encode`).
+
+    Batches hold at most `records_per_batch` records and a records region of at most `batch_bytes` before
+    compression (unless one record alone is larger). Uncompressed batches are written whole by one compiled
+    call into a buffer the encoder keeps between calls (a new buffer per call costs a page fault per 4 KiB
+    touched), CRCs stamped by a second; compressed ones are built batch by batch around their compressed records.
+    """
+
+    def __init__(self, *, compression: int = fmt.COMPRESSION_NONE, records_per_batch: int = 1000,
+                 batch_bytes: int = _BATCH_BYTES_DEFAULT) -> None:
+        if records_per_batch < 1:
+            raise ValueError(f"records per batch must be at least 1, got {records_per_batch}")
+        self.compression = compression
+        self.records_per_batch = records_per_batch
+        self.batch_bytes = batch_bytes
+        self._out = np.empty(0, dtype=np.uint8)
+
+    def encode(self, keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray, partitions: np.ndarray, *,
+               headers: pa.Array | None = None) -> EncodedBatches:
+        """Encode rows (`partitions[i]` ≥ 0 is row i's partition); offsets count from 0 per partition in each call.
+
+        Keys and values are binary arrays (nulls allowed), `headers` a list<struct<key: string, value: binary>>
+        array or None. Uncompressed, `data[p]` is a memoryview of the encoder's buffer, valid until the next call.
+        """
+        n = len(keys)
+        if not (len(values) == n == len(timestamps_ms) == len(partitions)):
+            raise ValueError("key, value, timestamp and partition columns differ in length")
+        if n == 0:
+            return EncodedBatches({}, {})
+        k_valid, k_off, k_data = binary_parts(keys)
+        v_valid, v_off, v_data = binary_parts(values)
+        h_list, hk_off, hk_data, hv_valid, hv_off, hv_data = _header_parts(headers, n)
+        order = np.argsort(partitions, kind="stable").astype(np.int64)
+        part = np.ascontiguousarray(partitions[order], dtype=np.int64)
+        if part[0] < 0:
+            raise ValueError(f"partition numbers must be at least 0, got {int(part[0])}")
+        n_headers = int(h_list[-1] - h_list[0])
+        payload = (int(k_off[-1] - k_off[0]) + int(v_off[-1] - v_off[0]) + int(hk_off[-1] - hk_off[0])
+                   + int(hv_off[-1] - hv_off[0]))
+        bound = 21 * n + payload + 20 * n_headers  # every record's bytes (encode_runs' bound)
+        ts = np.ascontiguousarray(timestamps_ms, dtype=np.int64)
+        columns: _Columns = (k_valid, k_off, k_data, v_valid, v_off, v_data, ts, h_list, hk_off, hk_data, hv_valid,
+                             hv_off, hv_data)
+        if self.compression != fmt.COMPRESSION_NONE:
+            return self._encode_compressed(order, part, columns, bound)
+        # A batch is cut at a partition change, at records_per_batch, or when the next record would take its
+        # region past batch_bytes: each such cut pairs a region and a next record (≤ 36 bytes + its payload
+        # estimated) whose sizes sum past batch_bytes. Should the estimate ever fall short, the kernel says so
+        # and the call is redone with room for one batch per row.
+        cuts = int(part[-1]) + 1 + n // self.records_per_batch + (2 * bound + 40 * n) // max(1, self.batch_bytes)
+        for batches in (min(n, cuts + 1), n):
+            size = bound + batches * fmt.RECORD_BATCH_OVERHEAD
+            if self._out.size < size:
+                self._out = np.empty(max(size, self._out.size * 5 // 4), dtype=np.uint8)
+            out = self._out
+            next_offset = np.zeros(int(part[-1]) + 1, dtype=np.int64)
+            b_part, b_start, b_end = (np.empty(batches, dtype=np.int64) for _ in range(3))
+            nb = encode_batches(order, part, *columns, self.records_per_batch, self.batch_bytes,
+                                make_attributes(compression=fmt.COMPRESSION_NONE), next_offset, out, b_part, b_start,
+                                b_end)
+            if nb >= 0:
+                break
+        else:
+            raise RuntimeError(f"encoding {n} rows overran a {size}-byte buffer with room for every row (a bug)")
+        stamp_v2_crcs(out, b_start[:nb])
+        firsts = np.flatnonzero(np.diff(b_part[:nb], prepend=-1))  # the first batch of each partition
+        lasts = np.append(firsts[1:], nb) - 1
+        view = out.data
+        data: dict[int, bytes | memoryview] = {
+            int(b_part[f]): view[int(b_start[f]) : int(b_end[last])] for f, last in zip(firsts, lasts)
+        }
+        return EncodedBatches(data, {p: int(next_offset[p]) for p in data})
+
+    def _encode_compressed(self, order: np.ndarray, part: np.ndarray, columns: _Columns, bound: int) -> EncodedBatches:
+        n = order.size
+        out = np.empty(bound, dtype=np.uint8)
+        b_part, b_start, b_end, b_count, b_base, b_max = (np.empty(n, dtype=np.int64) for _ in range(6))
+        nb = encode_runs(order, part, *columns, self.records_per_batch, self.batch_bytes, out, b_part, b_start,
+                         b_end, b_count, b_base, b_max)
+        attributes = make_attributes(compression=self.compression)
+        pieces: dict[int, list[bytes]] = {}
+        counts: dict[int, int] = {}
+        view = out.data  # a memoryview of the encoded bytes, sliced without copying
+        for i in range(nb):
+            p = int(b_part[i])
+            count = int(b_count[i])
+            base = counts.get(p, 0)
+            pieces.setdefault(p, []).append(
+                encode_batch_from_region(
+                    view[b_start[i] : b_end[i]], records_count=count, base_offset=base, last_offset_delta=count - 1,
+                    base_timestamp=int(b_base[i]), max_timestamp=int(b_max[i]), attributes=attributes,
+                )
+            )
+            counts[p] = base + count
+        return EncodedBatches({p: b"".join(parts) for p, parts in pieces.items()}, counts)
+
+
 def encode_table(
     keys: pa.Array,
     values: pa.Array,
@@ -243,51 +374,10 @@ def encode_table(
     headers: pa.Array | None = None,
     compression: int = fmt.COMPRESSION_NONE,
     records_per_batch: int = 1000,
-    batch_bytes: int = 1024 * 1024 - fmt.RECORD_BATCH_OVERHEAD,
+    batch_bytes: int = _BATCH_BYTES_DEFAULT,
 ) -> EncodedBatches:
-    """Encode rows as v2 batches per partition (`partitions[i]` is row i's), keeping input order within each.
-
-    Batches hold at most `records_per_batch` records and a records region of at most `batch_bytes` before
-    compression (unless one record alone is larger). Keys and values are binary arrays (nulls allowed),
-    `headers` a list<struct<key: string, value: binary>> array or None.
-    """
-    n = len(keys)
-    if not (len(values) == n == len(timestamps_ms) == len(partitions)):
-        raise ValueError("key, value, timestamp and partition columns differ in length")
-    if records_per_batch < 1:
-        raise ValueError(f"records per batch must be at least 1, got {records_per_batch}")
-    if n == 0:
-        return EncodedBatches({}, {})
-    k_valid, k_off, k_data = binary_parts(keys)
-    v_valid, v_off, v_data = binary_parts(values)
-    h_list, hk_off, hk_data, hv_valid, hv_off, hv_data = _header_parts(headers, n)
-    order = np.argsort(partitions, kind="stable").astype(np.int64)
-    part = np.ascontiguousarray(partitions[order], dtype=np.int64)
-    n_headers = int(h_list[-1] - h_list[0])
-    bound = (
-        21 * n + int(k_off[-1] - k_off[0]) + int(v_off[-1] - v_off[0]) + 10 * n_headers
-        + int(hk_off[-1] - hk_off[0]) + int(hv_off[-1] - hv_off[0]) + 10 * n_headers
-    )
-    out = np.empty(bound, dtype=np.uint8)
-    b_part, b_start, b_end, b_count, b_base, b_max = (np.empty(n, dtype=np.int64) for _ in range(6))
-    ts = np.ascontiguousarray(timestamps_ms, dtype=np.int64)
-    nb = encode_runs(
-        order, part, k_valid, k_off, k_data, v_valid, v_off, v_data, ts, h_list, hk_off, hk_data, hv_valid, hv_off,
-        hv_data, records_per_batch, batch_bytes, out, b_part, b_start, b_end, b_count, b_base, b_max,
-    )
-    attributes = make_attributes(compression=compression)
-    pieces: dict[int, list[bytes]] = {}
-    counts: dict[int, int] = {}
-    view = out.data  # a memoryview of the encoded bytes, sliced without copying
-    for i in range(nb):
-        p = int(b_part[i])
-        count = int(b_count[i])
-        base = counts.get(p, 0)
-        pieces.setdefault(p, []).append(
-            encode_batch_from_region(
-                view[b_start[i] : b_end[i]], records_count=count, base_offset=base, last_offset_delta=count - 1,
-                base_timestamp=int(b_base[i]), max_timestamp=int(b_max[i]), attributes=attributes,
-            )
-        )
-        counts[p] = base + count
-    return EncodedBatches({p: b"".join(parts) for p, parts in pieces.items()}, counts)
+    """Encode rows as v2 batches per partition (`partitions[i]` is row i's), keeping input order within each:
+    `BatchEncoder.encode` once, with `data[p]` as bytes of its own."""
+    encoded = BatchEncoder(compression=compression, records_per_batch=records_per_batch,
+                           batch_bytes=batch_bytes).encode(keys, values, timestamps_ms, partitions, headers=headers)
+    return EncodedBatches({p: bytes(d) for p, d in encoded.data.items()}, encoded.records)
