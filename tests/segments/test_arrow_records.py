@@ -18,6 +18,7 @@ from segments.partition.log import LogConfig, PartitionLog, update_log_dir_check
 from segments.spark.arrow_records import (
     HEADER_TYPE,
     RECORD_COLUMNS,
+    BatchEncoder,
     binary_column,
     encode_table,
     read_arrow_batches,
@@ -79,6 +80,32 @@ def test_encoded_batches_read_back_by_kafka_python_in_input_order_per_partition(
         assert all(b.header.records_count <= per_batch for b in batches)
         assert all(b.header.compression == codec for b in batches)
         assert all(b.header.max_timestamp == max(r.timestamp for r in b.records) for b in batches)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=rows_strategy, per_batch=st.integers(1, 7), batch_bytes=st.integers(1, 2000))
+def test_uncompressed_batches_are_byte_for_byte_the_object_encoders(rows, per_batch, batch_bytes):
+    keys, values, ts, headers, parts = _columns(rows)
+    encoded = encode_table(keys, values, ts, parts, headers=headers, records_per_batch=per_batch, batch_bytes=batch_bytes)
+    for p, data in encoded.data.items():
+        batches = list(iter_batches(data))
+        assert sum(b.header.records_count for _, b in batches) == encoded.records[p]
+        rebuilt = b"".join(encode_batch(b.records, base_offset=b.header.base_offset) for _, b in batches)
+        assert data == rebuilt  # every header field and record byte as segments.codec.records writes them
+
+
+def test_an_encoder_reused_across_calls_gives_each_call_its_own_batches():
+    encoder = BatchEncoder(records_per_batch=5)
+    big = [(b"k%d" % i, b"v" * (i % 90), TS0 + i, [], i % 3) for i in range(400)]
+    small = [(b"s%d" % i, b"w%d" % i, TS0, [("h", b"x")], 1) for i in range(7)]
+    first = {p: bytes(d) for p, d in encoder.encode(*_columns(big)[:3], _columns(big)[4], headers=_columns(big)[3]).data.items()}
+    second = encoder.encode(*_columns(small)[:3], _columns(small)[4], headers=_columns(small)[3])
+    assert {p: bytes(d) for p, d in second.data.items()} == encode_table(
+        *_columns(small)[:3], _columns(small)[4], headers=_columns(small)[3], records_per_batch=5).data
+    assert first == encode_table(*_columns(big)[:3], _columns(big)[4], headers=_columns(big)[3], records_per_batch=5).data
+    assert second.records == {1: 7}
+    with pytest.raises(ValueError, match="at least 0"):
+        encoder.encode(pa.array([b"k"]), pa.array([b"v"]), np.array([TS0]), np.array([-1], np.int32))
 
 
 def test_batches_are_cut_at_the_byte_limit_but_never_empty():
