@@ -15,7 +15,8 @@ pyspark installation on 127.0.0.1, every process stopped at the end. Its tests:
 
 Local mode (a session in this process): `clean_partitions` returns the DataFrame of the same results, and
 cleans partitions that an earlier clean left half-finished (killed at a fault point before and after its swap
-began), as a retried task meets them; an unknown cleanup policy refuses the whole job before anything changes.
+began), as a retried task meets them; an unknown cleanup policy refuses the whole job before anything changes,
+and a dry run reports what `clean --dry-run` reports, changing nothing.
 """
 
 from __future__ import annotations
@@ -296,7 +297,7 @@ def test_the_python_api_cleans_half_finished_swaps_and_returns_the_clean_json(sp
     assert df.count() == 4 and leftovers(logs) == []  # the DataFrame holds results: using it cleans nothing again
 
 
-def test_an_unknown_policy_refuses_the_whole_job_before_anything_changes(spark, mixed, tmp_path):
+def test_an_unknown_policy_refuses_the_whole_job_and_a_dry_run_changes_nothing(spark, mixed, tmp_path):
     from cleaner.oneshot import CleanRefusedError
     from cleaner.spark_clean import SparkCleanUsageError, clean_partitions
 
@@ -309,4 +310,10 @@ def test_an_unknown_policy_refuses_the_whole_job_before_anything_changes(spark, 
     assert refused.value.exit_code == 2 and "mix (2 partition(s))" in refused.value.details[0]
     with pytest.raises(SparkCleanUsageError, match="log.cleaner.threads"):
         clean_partitions(spark, [logs], settings={**SETTINGS, "log.cleaner.threads": 2})
+    assert file_digests(logs) == before
+    # a dry run reads as clean --dry-run reads: one round's figures, nothing written
+    rows = clean_partitions(spark, [logs], settings=SETTINGS, now_ms=NOW_MS, dry_run=True).collect()
+    done = logcleaner("clean", str(logs), *SET_ARGS, "--now-ms", str(NOW_MS), "--json", "--dry-run")
+    assert [stable(r.asDict()) for r in rows] == [stable(s) for s in json_lines(done.stdout)]
+    assert all(r.dry_run and r.rounds == 1 for r in rows)
     assert file_digests(logs) == before
