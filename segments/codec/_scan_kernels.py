@@ -640,3 +640,188 @@ def walk_records(buf, arena, hdr, n, record_start, info, offset, timestamp, key_
         if not ok:
             return i
     return n
+
+
+# ---- the common path of a window in few calls (`scan.scan`) ------------------------------------------------------
+
+# window_ranges / finish_window results
+W_DONE = 0  # the batch columns are filled (and every record walked, unless headers only)
+W_ARENA = 1  # compressed batches or legacy wrappers: the caller decompresses them (the stepwise path)
+W_RECORDS = 2  # the record arrays given are too short: the caller walks into larger ones, then fills columns
+W_STEPWISE = 3  # an invalid batch or a CRC mismatch: the caller scans the window again stepwise, for its error
+
+# finish_window's `scalars`
+WS_LIMIT = 0  # batches the result keeps (a records_max limit may end it early)
+WS_RECORDS = 1  # records in them
+WS_LIMIT_REACHED = 2  # 1 when records_max ended the scan early
+WS_LEGACY = 3  # 1 when a legacy entry's CRC-32 is left to the caller (with verify)
+WS_COMPRESSED = 4  # W_ARENA: how many batches are compressed (their indexes in `rows`)
+WS_LZ4_V2 = 5  # W_ARENA: 1 when every one of them is an lz4 v2 batch
+WS_COMPRESSED_BYTES = 6  # W_ARENA: their records regions' bytes
+W_SCALARS = 7
+
+# fill_columns' blocks: the rows of the int64, int32, int16 and flag blocks
+C64_POSITION = 0  # file position: COL_POSITION + base_position
+C64_SIZE = 1
+C64_BASE_OFFSET = 2
+C64_LAST_OFFSET = 3
+C64_BASE_TIMESTAMP = 4
+C64_MAX_TIMESTAMP = 5
+C64_DELETE_HORIZON = 6
+C64_PRODUCER_ID = 7
+C64_RECORDS_POS = 8
+C64_RECORDS_BYTES = 9
+C64_ROWS = 10
+C32_LEADER_EPOCH = 0
+C32_BASE_SEQUENCE = 1
+C32_RECORDS_COUNT = 2
+C32_ROWS = 3
+C16_ATTRIBUTES = 0
+C16_PRODUCER_EPOCH = 1
+C16_ROWS = 2
+F_CONTROL = 0
+F_TRANSACTIONAL = 1
+F_DELETE_HORIZON = 2
+F_LEGACY = 3
+F_ROWS = 4
+
+
+@_jit
+def window_ranges(buf, start, n, hdr, ranges, info):
+    """`parse_headers`, then the range each batch's stored CRC covers: ranges[0, i] to ranges[1, i] (a v2
+    batch's CRC-32C from its attributes to its end; an empty range for a legacy entry, whose CRC-32 the caller
+    checks). Returns the number of good batches, as `parse_headers`."""
+    good = parse_headers(buf, start, n, hdr, info)
+    for i in range(good):
+        p = hdr[i, COL_POSITION]
+        if hdr[i, COL_MAGIC] == fmt.MAGIC_V2:
+            ranges[0, i] = p + fmt.ATTRIBUTES_OFFSET
+            ranges[1, i] = p + hdr[i, COL_SIZE]
+        else:
+            ranges[0, i] = p
+            ranges[1, i] = p
+    return good
+
+
+@_jit
+def fill_columns(hdr, n, base_position, headers_only, i64, i32, i16, magic, crc, in_arena, compression, flags):
+    """The batch columns of `ScanResult` from the first `n` rows of `hdr`: the int64 ones in the rows of `i64`
+    (C64_*), the int32 ones in `i32` (C32_*), the int16 ones in `i16` (C16_*), magic (int8), the stored CRC
+    (uint32), whether the records were decompressed (bool), the codec (int8) and the flags of `flags` (F_*:
+    control, transactional, a delete horizon, all three v2 only; legacy). The delete horizon is the base
+    timestamp of a v2 batch with the horizon flag, else -1; with `headers_only` a legacy wrapper's base offset
+    is -1 (unknown)."""
+    for i in range(n):
+        row = hdr[i]
+        m = row[COL_MAGIC]
+        attributes = row[COL_ATTRIBUTES]
+        v2 = m >= fmt.MAGIC_V2
+        i64[C64_POSITION, i] = row[COL_POSITION] + base_position
+        i64[C64_SIZE, i] = row[COL_SIZE]
+        base_offset = row[COL_BASE_OFFSET]
+        if headers_only and not v2 and (attributes & fmt.COMPRESSION_MASK) != 0:
+            base_offset = -1
+        i64[C64_BASE_OFFSET, i] = base_offset
+        i64[C64_LAST_OFFSET, i] = row[COL_LAST_OFFSET]
+        i64[C64_BASE_TIMESTAMP, i] = row[COL_BASE_TIMESTAMP]
+        i64[C64_MAX_TIMESTAMP, i] = row[COL_MAX_TIMESTAMP]
+        horizon = v2 and (attributes & fmt.DELETE_HORIZON_FLAG) != 0
+        i64[C64_DELETE_HORIZON, i] = row[COL_BASE_TIMESTAMP] if horizon else fmt.NO_TIMESTAMP
+        i64[C64_PRODUCER_ID, i] = row[COL_PRODUCER_ID]
+        i64[C64_RECORDS_POS, i] = row[COL_RECORDS_POS]
+        i64[C64_RECORDS_BYTES, i] = row[COL_RECORDS_BYTES]
+        i32[C32_LEADER_EPOCH, i] = row[COL_LEADER_EPOCH]
+        i32[C32_BASE_SEQUENCE, i] = row[COL_BASE_SEQUENCE]
+        i32[C32_RECORDS_COUNT, i] = row[COL_RECORDS_COUNT]
+        i16[C16_ATTRIBUTES, i] = attributes
+        i16[C16_PRODUCER_EPOCH, i] = row[COL_PRODUCER_EPOCH]
+        magic[i] = m
+        crc[i] = row[COL_CRC]
+        in_arena[i] = row[COL_IN_ARENA] != 0
+        compression[i] = attributes & fmt.COMPRESSION_MASK
+        flags[F_CONTROL, i] = v2 and (attributes & fmt.CONTROL_FLAG) != 0
+        flags[F_TRANSACTIONAL, i] = v2 and (attributes & fmt.TRANSACTIONAL_FLAG) != 0
+        flags[F_DELETE_HORIZON, i] = horizon
+        flags[F_LEGACY, i] = not v2
+
+
+@_jit
+def finish_window(buf, arena, n, hdr, computed, verify, headers_only, records_max, base_position, info, rows,
+                  record_start, offset, timestamp, key_pos, key_len, value_len, record_pos, record_size, batch_index,
+                  i64, i32, i16, magic, crc, in_arena, compression, flags, scalars):
+    """The rest of a window's scan after `window_ranges` and, with `verify`, the CRC-32C of its ranges in
+    `computed`: the CRC comparison (v2 batches; legacy entries are left to the caller, WS_LEGACY), `check_headers`,
+    then, unless some batch is compressed or a legacy wrapper (W_ARENA, their indexes in `rows`: the caller
+    decompresses them), `finish_records`. Any invalid batch or CRC mismatch: W_STEPWISE, for the caller to scan
+    stepwise and report it as it always has. `scalars` (WS_*) say what the result keeps."""
+    scalars[WS_LIMIT] = n
+    scalars[WS_RECORDS] = 0
+    scalars[WS_LIMIT_REACHED] = 0
+    scalars[WS_LEGACY] = 0
+    scalars[WS_COMPRESSED] = 0
+    for i in range(n):
+        if hdr[i, COL_MAGIC] != fmt.MAGIC_V2:
+            if verify:
+                scalars[WS_LEGACY] = 1
+        elif verify and computed[i] != hdr[i, COL_CRC]:
+            return W_STEPWISE
+    if check_headers(buf, n, hdr, info) < n:
+        return W_STEPWISE
+    if headers_only:
+        fill_columns(hdr, n, base_position, headers_only, i64, i32, i16, magic, crc, in_arena, compression, flags)
+        return W_DONE
+    compressed = 0
+    lz4_v2 = 1
+    compressed_bytes = 0
+    for i in range(n):
+        codec = hdr[i, COL_ATTRIBUTES] & fmt.COMPRESSION_MASK
+        if codec != fmt.COMPRESSION_NONE:
+            rows[compressed] = i
+            compressed += 1
+            compressed_bytes += hdr[i, COL_RECORDS_BYTES]
+            if hdr[i, COL_MAGIC] != fmt.MAGIC_V2 or codec != fmt.COMPRESSION_LZ4:
+                lz4_v2 = 0
+    if compressed:
+        scalars[WS_COMPRESSED] = compressed
+        scalars[WS_LZ4_V2] = lz4_v2
+        scalars[WS_COMPRESSED_BYTES] = compressed_bytes
+        return W_ARENA
+    return finish_records(buf, arena, n, hdr, records_max, base_position, info, record_start, offset, timestamp,
+                          key_pos, key_len, value_len, record_pos, record_size, batch_index, i64, i32, i16, magic,
+                          crc, in_arena, compression, flags, scalars)
+
+
+@_jit
+def finish_records(buf, arena, n, hdr, records_max, base_position, info, record_start, offset, timestamp, key_pos,
+                   key_len, value_len, record_pos, record_size, batch_index, i64, i32, i16, magic, crc, in_arena,
+                   compression, flags, scalars):
+    """The records of a window's batches [0, n) whose headers are checked and whose compressed records (if any)
+    sit in `arena`: a decompressed v2 batch's count checked against its bytes, the record offsets
+    `record_start`, the `records_max` limit, the records walked into the per-record arrays (when they are long
+    enough: else W_RECORDS, with WS_LIMIT and WS_RECORDS set) and `fill_columns`. W_STEPWISE at anything
+    invalid. No legacy wrapper may be among the batches (their inner messages are counted stepwise)."""
+    scalars[WS_LIMIT_REACHED] = 0
+    for i in range(n):
+        if (hdr[i, COL_IN_ARENA] and hdr[i, COL_MAGIC] == fmt.MAGIC_V2
+                and hdr[i, COL_RECORDS_COUNT] * RECORD_BYTES_MIN > hdr[i, COL_RECORDS_BYTES]):
+            return W_STEPWISE
+    record_start[0] = 0
+    for i in range(n):
+        record_start[i + 1] = record_start[i] + hdr[i, COL_RECORDS_COUNT]
+    limit = n
+    if record_start[n] > records_max and n > 1:
+        # The first batch whose records would pass the bound ends the scan (keep at least one batch).
+        limit = 0
+        while limit < n and record_start[limit + 1] <= records_max:
+            limit += 1
+        limit = max(limit, 1)
+        scalars[WS_LIMIT_REACHED] = 1
+    scalars[WS_LIMIT] = limit
+    scalars[WS_RECORDS] = record_start[limit]
+    if record_start[limit] > offset.size:
+        return W_RECORDS
+    if walk_records(buf, arena, hdr, limit, record_start, info, offset, timestamp, key_pos, key_len, value_len,
+                    record_pos, record_size, batch_index) < limit:
+        return W_STEPWISE
+    fill_columns(hdr, limit, base_position, False, i64, i32, i16, magic, crc, in_arena, compression, flags)
+    return W_DONE

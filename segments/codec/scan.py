@@ -14,13 +14,19 @@ Rules a caller must know:
 * Record positions index `buffer` or the `arena` of decompressed records; batch positions are file positions.
 
 The work per scan, every check, where it is stricter than Kafka, the limits and the cold start: see
-docs/design.md, "The bulk scan".
+docs/design.md, "The bulk scan". A window takes four compiled calls without the GIL on its common path
+(`count_batches`, `window_ranges`, the CRC-32C of its v2 batches, `finish_window`: the checks, the records and
+the batch columns); lz4 v2 frames add one decoding call and one for the records; other compressed batches go
+through the stepwise stages after the checks; a window with an invalid batch is scanned again stage by stage
+(`_scan_steps`), which reports its first error.
 """
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
+from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
@@ -48,6 +54,9 @@ ARENA_BYTES_MAX_DEFAULT = 512 * 1024 * 1024
 RECORDS_MAX_DEFAULT = 16 * 1024 * 1024
 
 _LEGACY_CRC_START = fmt.LEGACY_MAGIC_OFFSET  # CRC-32 covers [magic, end)
+# The per-record arrays (`_empty_records`) and the batch columns' blocks (`_batch_columns`), as kernels take them.
+_Records = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 class KeySpans(NamedTuple):
@@ -83,6 +92,9 @@ class ScanResult:
     | record_start | int64, length `n_batches + 1` | records of batch i are `[record_start[i], record_start[i+1])`; empty with `headers_only` |
     | records_in_arena | bool | the batch's records were decompressed: their positions index `arena`, not `buffer` |
     | records_pos, records_bytes | int64 | where the records region (legacy: the message(s)) starts, in `buffer` or `arena`, and its length |
+    | compression | int8 | codec id: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd (read-only, as the four below) |
+    | is_control, is_transactional, has_delete_horizon | bool | the attribute flag, v2 batches only |
+    | is_legacy | bool | magic 0 or 1 |
 
     Record arrays (length `n_records`; empty with `headers_only`):
 
@@ -131,6 +143,12 @@ class ScanResult:
     records_in_arena: np.ndarray
     records_pos: np.ndarray
     records_bytes: np.ndarray
+    # per batch, derived from magic and attributes (read-only)
+    compression: np.ndarray
+    is_control: np.ndarray
+    is_transactional: np.ndarray
+    has_delete_horizon: np.ndarray
+    is_legacy: np.ndarray
     # per record
     offset: np.ndarray
     timestamp: np.ndarray
@@ -157,30 +175,9 @@ class ScanResult:
         return self.batch_position - self.base_position
 
     @property
-    def compression(self) -> np.ndarray:
-        """Codec id per batch (int8): 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd."""
-        return (self.attributes & fmt.COMPRESSION_MASK).astype(np.int8)
-
-    @property
     def timestamp_type(self) -> np.ndarray:
         """Per batch (int8): 1 for LogAppendTime, else 0 (v0 has no timestamp type)."""
         return ((self.attributes & fmt.TIMESTAMP_TYPE_MASK) != 0).astype(np.int8) * (self.magic > 0)
-
-    @property
-    def is_transactional(self) -> np.ndarray:
-        return (self.magic >= fmt.MAGIC_V2) & ((self.attributes & fmt.TRANSACTIONAL_FLAG) != 0)
-
-    @property
-    def is_control(self) -> np.ndarray:
-        return (self.magic >= fmt.MAGIC_V2) & ((self.attributes & fmt.CONTROL_FLAG) != 0)
-
-    @property
-    def has_delete_horizon(self) -> np.ndarray:
-        return (self.magic >= fmt.MAGIC_V2) & ((self.attributes & fmt.DELETE_HORIZON_FLAG) != 0)
-
-    @property
-    def is_legacy(self) -> np.ndarray:
-        return self.magic < fmt.MAGIC_V2
 
     @property
     def next_offset(self) -> np.ndarray:
@@ -259,7 +256,7 @@ class ScanBuffers:
     __slots__ = ("_arrays", "_capacity")
 
     def __init__(self) -> None:
-        self._arrays: tuple[np.ndarray, ...] = _empty_records()
+        self._arrays: _Records = _empty_records()
         self._capacity = 0
 
     def records(self, n: int) -> tuple[np.ndarray, ...]:
@@ -268,6 +265,11 @@ class ScanBuffers:
             self._capacity = max(n, self._capacity + self._capacity // 2)
             self._arrays = _empty_records(self._capacity)
         return tuple(a[:n] for a in self._arrays)
+
+    def arrays(self) -> _Records:
+        """The per-record arrays at their whole capacity (contents undefined): a scan that finds its records fit
+        writes them here without asking for views first."""
+        return self._arrays
 
 
 def _varint_size(value: int) -> int:
@@ -293,6 +295,7 @@ def _as_uint8(data) -> np.ndarray:
 
 _EMPTY_U8 = np.empty(0, dtype=np.uint8)
 _EMPTY_U8.flags.writeable = False
+_NO_RECORD_START = np.empty(0, dtype=np.int64)  # the record_start of a headers-only scan
 
 
 def scan(
@@ -327,6 +330,104 @@ def scan(
         raise ValueError(f"invalid range [{start}, {end}) of a {len(buf)}-byte buffer")
     if records_max < 1 or arena_bytes_max < 0:
         raise ValueError("records_max must be ≥ 1 and arena_bytes_max ≥ 0")
+    args = (buf, start, end, base_position, verify_crc, headers_only, decompressed_bytes_max, arena_bytes_max,
+            records_max, buffers)
+    info = np.zeros(k.INFO_SIZE, dtype=np.int64)
+    n = int(k.count_batches(buf, start, end, info))
+    if info[k.INFO_CODE] != k.OK:
+        return _scan_steps(*args)
+    # The common path: the headers and CRC ranges, the CRC-32C of every v2 batch, then the checks, the records and
+    # the batch columns in one more call; anything else (an error, compressed batches) goes stepwise.
+    hdr = np.empty((n, k.BATCH_COLUMNS), dtype=np.int64)
+    ranges = np.empty((3, n), dtype=np.int64)  # CRC ranges: starts, ends, computed CRCs
+    if k.window_ranges(buf, start, n, hdr, ranges, info) < n:
+        return _scan_steps(*args)
+    if verify_crc and n:
+        crc.batch_crcs(buf, ranges[0], ranges[1], ranges[2])
+    columns = _batch_columns(n)
+    full = _NO_RECORDS if buffers is None or headers_only else buffers.arrays()
+    record_start = np.empty(n + 1, dtype=np.int64)
+    rows = np.empty(n, dtype=np.int64)  # compressed batches
+    scalars = np.empty(k.W_SCALARS, dtype=np.int64)
+    status = k.finish_window(buf, _EMPTY_U8, n, hdr, ranges[2], verify_crc, headers_only, records_max, base_position,
+                             info, rows, record_start, *full, *columns, scalars)
+    if status == k.W_STEPWISE or (scalars[k.WS_LEGACY] and _first_bad_crc(buf, hdr[:n], legacy_only=True) is not None):
+        return _scan_steps(*args)
+    stop = int(info[k.INFO_STOP])
+    torn_tail = bool(info[k.INFO_TORN])
+    torn_batch_bytes = int(info[k.INFO_TORN_BYTES])
+    arena = _EMPTY_U8
+    if status == k.W_ARENA:
+        lz4k = _lz4_kernels()
+        if not (scalars[k.WS_LZ4_V2] and lz4k.ENABLED):
+            return _scan_back(args, n, stop, torn_tail, torn_batch_bytes, hdr, n, _Failure(base_position), info)
+        decoded = _lz4_arena(buf, hdr, rows[: int(scalars[k.WS_COMPRESSED])], int(scalars[k.WS_COMPRESSED_BYTES]),
+                             decompressed_bytes_max, arena_bytes_max)
+        if decoded is None:  # an error or a limit: stepwise, which reports it as it always has
+            return _scan_steps(*args)
+        arena = decoded
+        status = k.finish_records(buf, arena, n, hdr, records_max, base_position, info, record_start, *full,
+                                  *columns, scalars)
+        if status == k.W_STEPWISE:
+            return _scan_steps(*args)
+    limit, n_records, limit_reached = (int(x) for x in scalars[: k.WS_LIMIT_REACHED + 1])
+    records: tuple[np.ndarray, ...]
+    if headers_only:
+        record_start, records = _NO_RECORD_START, _NO_RECORDS
+    elif status == k.W_RECORDS:
+        records = _empty_records(n_records) if buffers is None else buffers.records(n_records)
+        if k.walk_records(buf, arena, hdr, limit, record_start, info, *records) < limit:
+            return _scan_steps(*args)
+        k.fill_columns(hdr, limit, base_position, headers_only, *columns)
+    else:
+        records = tuple(a[:n_records] for a in full)
+    if not headers_only and limit < n:
+        record_start = record_start[: limit + 1]
+    if limit < n:  # a resource limit ended the scan early
+        stop = int(hdr[limit, k.COL_POSITION])
+        torn_tail, torn_batch_bytes = False, -1
+    return _result(args, arena, stop, torn_tail, torn_batch_bytes, bool(limit_reached), columns, limit, record_start,
+                   records)
+
+
+@functools.cache
+def _lz4_kernels() -> ModuleType:
+    """`_lz4_kernels`, imported at the first window with compressed batches (it binds liblz4)."""
+    from . import _lz4_kernels as lz4k  # binds liblz4; scan.py is imported only where numba is
+
+    return lz4k
+
+
+def _lz4_arena(buf, hdr, rows, compressed_bytes, decompressed_bytes_max, arena_bytes_max) -> np.ndarray | None:
+    """The records of the batches `rows` (every one an lz4 v2 batch) decoded into one read-only arena by
+    `_lz4_kernels.decode_frames` (their header rows moved to it), or None at a frame it cannot decode or at the
+    arena's limit (the stepwise `_decompress_all` then says what happened)."""
+    lz4k = _lz4_kernels()
+    estimate = _LZ4_ARENA_RATIO * compressed_bytes + _LZ4_ARENA_BYTES_MIN
+    arena = np.empty(min(estimate, max(arena_bytes_max, _LZ4_ARENA_BYTES_MIN)), dtype=np.uint8)
+    state, work, scratch = lz4k.new_state(decompressed_bytes_max, arena_bytes_max)
+    j = 0
+    while True:
+        j = int(lz4k.decode_frames(buf, hdr, rows, j, arena, state, work, scratch))
+        status = int(state[lz4k.S_STATUS])
+        if status == lz4k.DONE:
+            break
+        if status != lz4k.GROW:
+            return None
+        arena = _grown(arena, int(state[lz4k.S_USED]), int(state[lz4k.S_DETAIL]))
+    used = int(state[lz4k.S_USED])
+    arena = arena[:used] if used else _EMPTY_U8
+    arena.flags.writeable = False
+    return arena
+
+
+def _scan_steps(buf, start, end, base_position, verify_crc, headers_only, decompressed_bytes_max, arena_bytes_max,
+                records_max, buffers) -> ScanResult:
+    """`scan` stage by stage, each stage over the batches before the first bad one any earlier stage found: the
+    path of a window with an invalid batch (whose error it raises, the first in the window) or a legacy CRC to
+    check, and the reference the common path's fewer calls follow."""
+    args = (buf, start, end, base_position, verify_crc, headers_only, decompressed_bytes_max, arena_bytes_max,
+            records_max, buffers)
     info = np.zeros(k.INFO_SIZE, dtype=np.int64)
 
     # Pass 1: count batches (prefixes only), then read their headers.
@@ -343,7 +444,6 @@ def scan(
     if good < n:
         failure.kernel(good, info)
     limit = failure.limit(n)
-    limit_reached = False
 
     if verify_crc and limit:
         bad = _first_bad_crc(buf, hdr[:limit])
@@ -355,9 +455,18 @@ def scan(
     if good < limit:
         failure.kernel(good, info)
         limit = good
+    return _scan_back(args, n, stop, torn_tail, torn_batch_bytes, hdr, limit, failure, info)
 
+
+def _scan_back(args, n, stop, torn_tail, torn_batch_bytes, hdr, limit, failure, info) -> ScanResult:
+    """The stages after the header checks: decompression, legacy wrappers' inner messages, the records, the
+    inner CRCs; raises the first error any stage found (`failure`), else the result."""
+    (buf, _, _, base_position, verify_crc, headers_only, decompressed_bytes_max, arena_bytes_max, records_max,
+     buffers) = args
+    limit_reached = False
     arena = _EMPTY_U8
     compressed_pos = None  # buffer index of each batch's compressed region, for errors found in the arena
+    records: tuple[np.ndarray, ...]
     if not headers_only and limit:
         arena, compressed_pos, limit, limit_reached = _decompress_all(
             buf, hdr, limit, failure, base_position, decompressed_bytes_max, arena_bytes_max
@@ -365,8 +474,8 @@ def scan(
         limit = _count_inner(arena, hdr, limit, failure, info, compressed_pos)
 
     if headers_only:
-        record_start = np.empty(0, dtype=np.int64)
-        records = _empty_records()
+        record_start = _NO_RECORD_START
+        records = _NO_RECORDS
     else:
         counts = hdr[:limit, k.COL_RECORDS_COUNT]
         record_start = np.zeros(limit + 1, dtype=np.int64)
@@ -394,18 +503,34 @@ def scan(
     if limit < n:  # a resource limit ended the scan early
         stop = int(hdr[limit, k.COL_POSITION])
         torn_tail, torn_batch_bytes = False, -1
-    hdr = hdr[:limit]
-    magic = hdr[:, k.COL_MAGIC].astype(np.int8)
-    attributes = hdr[:, k.COL_ATTRIBUTES].astype(np.int16)
-    base_timestamp = hdr[:, k.COL_BASE_TIMESTAMP].copy()
-    horizon = (magic >= fmt.MAGIC_V2) & ((attributes & fmt.DELETE_HORIZON_FLAG) != 0)
-    base_offset = hdr[:, k.COL_BASE_OFFSET].copy()
-    records_count = hdr[:, k.COL_RECORDS_COUNT].astype(np.int32)
-    if headers_only:
-        # A wrapper's first inner offset and message count are only known after decompression.
-        wrapper = (magic < fmt.MAGIC_V2) & ((attributes & fmt.COMPRESSION_MASK) != 0)
-        base_offset[wrapper] = -1
+    columns = _batch_columns(limit)
+    k.fill_columns(hdr, limit, base_position, headers_only, *columns)
     arena.flags.writeable = False
+    return _result(args, arena, stop, torn_tail, torn_batch_bytes, limit_reached, columns, limit, record_start, records)
+
+
+def _batch_columns(n: int) -> _Columns:
+    """Room for the batch columns of `n` batches, in `_scan_kernels.fill_columns`' argument order: the int64,
+    int32 and int16 blocks (a row per column), magic, crc, records_in_arena, compression, the flag block."""
+    return (
+        np.empty((k.C64_ROWS, n), dtype=np.int64),
+        np.empty((k.C32_ROWS, n), dtype=np.int32),
+        np.empty((k.C16_ROWS, n), dtype=np.int16),
+        np.empty(n, dtype=np.int8),
+        np.empty(n, dtype=np.uint32),
+        np.empty(n, dtype=np.bool_),
+        np.empty(n, dtype=np.int8),
+        np.empty((k.F_ROWS, n), dtype=np.bool_),
+    )
+
+
+def _result(args, arena, stop, torn_tail, torn_batch_bytes, limit_reached, columns, limit, record_start,
+            records) -> ScanResult:
+    """The `ScanResult` of the first `limit` batches, whose columns `fill_columns` wrote into `columns`."""
+    buf, start, base_position, headers_only = args[0], args[1], args[3], args[5]
+    i64, i32, i16, magic, crc_, in_arena, compression, flags = columns
+    compression.flags.writeable = False  # derived: a consumer changing them would change what others read
+    flags.flags.writeable = False
     return ScanResult(
         buffer=buf,
         arena=arena,
@@ -416,25 +541,30 @@ def scan(
         torn_batch_bytes=torn_batch_bytes,
         limit_reached=limit_reached,
         headers_only=headers_only,
-        batch_position=hdr[:, k.COL_POSITION] + base_position,
-        batch_size=hdr[:, k.COL_SIZE].copy(),
-        magic=magic,
-        attributes=attributes,
-        partition_leader_epoch=hdr[:, k.COL_LEADER_EPOCH].astype(np.int32),
-        crc=hdr[:, k.COL_CRC].astype(np.uint32),
-        base_offset=base_offset,
-        last_offset=hdr[:, k.COL_LAST_OFFSET].copy(),
-        base_timestamp=base_timestamp,
-        max_timestamp=hdr[:, k.COL_MAX_TIMESTAMP].copy(),
-        delete_horizon_ms=np.where(horizon, base_timestamp, fmt.NO_TIMESTAMP),
-        producer_id=hdr[:, k.COL_PRODUCER_ID].copy(),
-        producer_epoch=hdr[:, k.COL_PRODUCER_EPOCH].astype(np.int16),
-        base_sequence=hdr[:, k.COL_BASE_SEQUENCE].astype(np.int32),
-        records_count=records_count,
+        batch_position=i64[k.C64_POSITION, :limit],
+        batch_size=i64[k.C64_SIZE, :limit],
+        magic=magic[:limit],
+        attributes=i16[k.C16_ATTRIBUTES, :limit],
+        partition_leader_epoch=i32[k.C32_LEADER_EPOCH, :limit],
+        crc=crc_[:limit],
+        base_offset=i64[k.C64_BASE_OFFSET, :limit],
+        last_offset=i64[k.C64_LAST_OFFSET, :limit],
+        base_timestamp=i64[k.C64_BASE_TIMESTAMP, :limit],
+        max_timestamp=i64[k.C64_MAX_TIMESTAMP, :limit],
+        delete_horizon_ms=i64[k.C64_DELETE_HORIZON, :limit],
+        producer_id=i64[k.C64_PRODUCER_ID, :limit],
+        producer_epoch=i16[k.C16_PRODUCER_EPOCH, :limit],
+        base_sequence=i32[k.C32_BASE_SEQUENCE, :limit],
+        records_count=i32[k.C32_RECORDS_COUNT, :limit],
         record_start=record_start,
-        records_in_arena=hdr[:, k.COL_IN_ARENA].astype(np.bool_),
-        records_pos=hdr[:, k.COL_RECORDS_POS].copy(),
-        records_bytes=hdr[:, k.COL_RECORDS_BYTES].copy(),
+        records_in_arena=in_arena[:limit],
+        records_pos=i64[k.C64_RECORDS_POS, :limit],
+        records_bytes=i64[k.C64_RECORDS_BYTES, :limit],
+        compression=compression[:limit],
+        is_control=flags[k.F_CONTROL, :limit],
+        is_transactional=flags[k.F_TRANSACTIONAL, :limit],
+        has_delete_horizon=flags[k.F_DELETE_HORIZON, :limit],
+        is_legacy=flags[k.F_LEGACY, :limit],
         offset=records[0],
         timestamp=records[1],
         key_pos=records[2],
@@ -446,7 +576,7 @@ def scan(
     )
 
 
-def _empty_records(n: int = 0) -> tuple[np.ndarray, ...]:
+def _empty_records(n: int = 0) -> _Records:
     """Per-record arrays in walk_records' argument order: offset, timestamp, key_pos, key_len, value_len,
     record_pos, record_size, batch_index."""
     return (
@@ -459,6 +589,9 @@ def _empty_records(n: int = 0) -> tuple[np.ndarray, ...]:
         np.empty(n, dtype=np.int32),
         np.empty(n, dtype=np.int32),
     )
+
+
+_NO_RECORDS = _empty_records()  # the record arrays of a headers-only scan
 
 
 def warm_up() -> None:
@@ -506,8 +639,9 @@ class _Failure:
             raise self.error
 
 
-def _first_bad_crc(buf: np.ndarray, hdr: np.ndarray) -> int | None:
-    """Index of the first batch whose stored CRC does not match its bytes, or None.
+def _first_bad_crc(buf: np.ndarray, hdr: np.ndarray, *, legacy_only: bool = False) -> int | None:
+    """Index of the first batch whose stored CRC does not match its bytes, or None (with `legacy_only`, of the
+    legacy entries only: the common path of `scan` has checked the v2 batches).
 
     The CRC-32C of every v2 batch is one compiled call without the GIL; legacy entries (CRC-32) take zlib.
     """
@@ -515,7 +649,9 @@ def _first_bad_crc(buf: np.ndarray, hdr: np.ndarray) -> int | None:
     ends = pos + hdr[:, k.COL_SIZE]
     v2 = hdr[:, k.COL_MAGIC] == fmt.MAGIC_V2
     computed = np.empty(len(hdr), dtype=np.int64)
-    if v2.all():
+    if legacy_only:
+        computed[v2] = hdr[v2, k.COL_CRC]
+    elif v2.all():
         crc.batch_crcs(buf, pos + fmt.ATTRIBUTES_OFFSET, ends, computed)
     else:
         rows = np.flatnonzero(v2)
@@ -523,6 +659,7 @@ def _first_bad_crc(buf: np.ndarray, hdr: np.ndarray) -> int | None:
             part = np.empty(len(rows), dtype=np.int64)
             crc.batch_crcs(buf, pos[rows] + fmt.ATTRIBUTES_OFFSET, ends[rows], part)
             computed[rows] = part
+    if not v2.all():
         view = buf.data
         legacy = np.flatnonzero(~v2)
         computed[legacy] = [
