@@ -1,9 +1,10 @@
 """Compiled per-record loops of a cleaning round (numba, cached on disk).
 
-Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), the recopy's decisions
-over a window (`decide_window`: the actions and the keep mask; `window_horizons`: delete horizons and the
-window's counters), and the recopy phase's `assemble_batches` (verbatim copies, empty headers, uncompressed
-and lz4 v2 rebuilds of one window),
+Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), `select_keys` (the
+records of a window the index phase inserts), the recopy's decisions over a window (`decide_window`: the
+actions and the keep mask; `window_horizons`: delete horizons and the window's counters;
+`producer_last_batches`: the batches holding their producer's last data), and the recopy
+phase's `assemble_batches` (verbatim copies, empty headers, uncompressed and lz4 v2 rebuilds of one window),
 `copy_records` and `rebase_records` (copying kept v2 records into a new records region, rewriting each
 record's timestamp delta when a rebuilt batch gets a new base timestamp: the first kept record's, or the delete
 horizon). Every other field of a record is copied byte for byte. Inputs are trusted: they come from a scan
@@ -24,8 +25,8 @@ from segments.codec._header_kernels import write_v2_header
 from segments.codec._lz4_kernels import compress_frame, frame_bound
 
 __all__ = [
-    "assemble_batches", "copy_records", "decide_window", "mark_offsets", "offsets_marked", "rebase_records",
-    "window_horizons",
+    "assemble_batches", "copy_records", "decide_window", "mark_offsets", "offsets_marked", "producer_last_batches",
+    "rebase_records", "select_keys", "window_horizons",
 ]
 
 
@@ -121,6 +122,10 @@ def copy_records(src, record_pos, record_size, out):
     return o
 
 
+# The room a rebuilt batch's kept records take beyond their own bytes (re-based timestamp deltas), per record:
+# what the window's output buffer allows them (`recopy._window_output`: its bytes + 10 per record).
+_REBASE_GROWTH_MAX = 10
+
 ACTION_DROP = 0
 ACTION_VERBATIM = 1
 ACTION_REBUILD = 2
@@ -129,21 +134,22 @@ ACTION_EMPTY = 3
 
 @numba.njit(cache=True, nogil=True)
 def assemble_batches(
-    src, arena, start, action, batch_pos, batch_size, magic, attributes, base_offset, last_offset, base_ts,
-    max_ts, horizon, pid, epoch, seq, ple, in_arena, record_start, needs_horizon, new_horizon,
+    src, arena, start, action, batch_position, base_position, batch_size, magic, attributes, clear, base_offset,
+    last_offset, base_ts, max_ts, horizon, pid, epoch, seq, ple, in_arena, record_start, needs_horizon, new_horizon,
     keep, record_pos, record_size, timestamp, out, out_pos, out_batch_pos, out_batch_last, out_batch_max_ts,
-    out_needs_crc, n_out, scratch, prefs, lz4_ok,
+    crc_positions, n_crc, n_out, scratch, prefs, lz4_ok,
 ):
     """Write the output of batches `start..` of a window into `out` from `out_pos`, by action.
 
-    Verbatim batches are copied; empty ones become the 61-byte header; v2 rebuilds get a new header (CRC left
-    0 and flagged in `out_needs_crc`) and their kept records (raw, or with re-based timestamp deltas when the
-    base timestamp changes); with `lz4_ok` an lz4 batch's records are gathered in `scratch` and written as the
-    lz4 frame `compression.compress` writes (`prefs`: `_lz4_kernels.kafka_preferences()`). Stops at the first
-    batch it cannot build itself (another codec, lz4 without `lz4_ok`, legacy) or has no room for, and returns
-    (that batch's index or len(action), out_pos, n_out, room): room is 0 for a batch to build elsewhere, else
-    the bytes it needs at out_pos. `out` must hold the window's bytes + 61 per batch + 10 per record, `scratch`
-    the records of any lz4 rebuild + 10 per record.
+    Verbatim batches are copied (from `batch_position - base_position` in `src`); empty ones become the 61-byte
+    header; v2 rebuilds get a new header (CRC left 0, its position added to `crc_positions`) and their kept
+    records (raw, or with re-based timestamp deltas when the base timestamp changes), without their delete
+    horizon where `clear` (empty: nowhere); with `lz4_ok` an lz4 batch's records are gathered in `scratch` and
+    written as the lz4 frame `compression.compress` writes (`prefs`: `_lz4_kernels.kafka_preferences()`). Stops
+    at the first batch it cannot build itself (another codec, lz4 without `lz4_ok`, legacy) or has no room for,
+    and returns (that batch's index or len(action), out_pos, n_out, n_crc, room): room is 0 for a batch to
+    build elsewhere, the bytes it needs at out_pos when `out` is short, minus the bytes it needs when `scratch`
+    is. `out` must hold the window's bytes + 61 per batch + 10 per record.
     """
     n = len(action)
     for i in range(start, n):
@@ -151,44 +157,53 @@ def assemble_batches(
         if a == ACTION_DROP:
             continue
         if a == ACTION_VERBATIM:
-            p = batch_pos[i]
+            p = batch_position[i] - base_position
             size = batch_size[i]
             out[out_pos : out_pos + size] = src[p : p + size]
             out_batch_pos[n_out] = out_pos
             out_batch_last[n_out] = last_offset[i]
             out_batch_max_ts[n_out] = max_ts[i]
-            out_needs_crc[n_out] = False
             n_out += 1
             out_pos += size
             continue
+        attrs = np.int64(attributes[i])
         if a == ACTION_EMPTY:
-            attrs = attributes[i] & ~(fmt.COMPRESSION_MASK | fmt.DELETE_HORIZON_FLAG)
-            write_v2_header(out, out_pos, base_offset[i], fmt.BATCH_LENGTH_MIN_V2, ple[i], attrs,
-                            last_offset[i] - base_offset[i], fmt.NO_TIMESTAMP, max_ts[i], pid[i], epoch[i], seq[i], 0)
+            attrs &= ~(fmt.COMPRESSION_MASK | fmt.DELETE_HORIZON_FLAG)
+            write_v2_header(out, out_pos, base_offset[i], fmt.BATCH_LENGTH_MIN_V2, np.int64(ple[i]), attrs,
+                            last_offset[i] - base_offset[i], fmt.NO_TIMESTAMP, max_ts[i], pid[i], np.int64(epoch[i]),
+                            np.int64(seq[i]), 0)
             out_batch_pos[n_out] = out_pos
             out_batch_last[n_out] = last_offset[i]
             out_batch_max_ts[n_out] = max_ts[i]
-            out_needs_crc[n_out] = True
+            crc_positions[n_crc] = out_pos
+            n_crc += 1
             n_out += 1
             out_pos += fmt.RECORD_BATCH_OVERHEAD
             continue
-        codec = attributes[i] & fmt.COMPRESSION_MASK
+        codec = attrs & fmt.COMPRESSION_MASK
         if magic[i] != fmt.MAGIC_V2 or (codec != fmt.COMPRESSION_NONE and not (lz4_ok and codec == fmt.COMPRESSION_LZ4)):
-            return i, out_pos, n_out, 0
-        attrs = attributes[i]
+            return i, out_pos, n_out, n_crc, 0
+        h = horizon[i]
+        if clear.size and clear[i]:
+            attrs &= ~fmt.DELETE_HORIZON_FLAG
+            h = fmt.NO_TIMESTAMP
         log_append_time = (attrs & fmt.TIMESTAMP_TYPE_MASK) != 0
         first = -1
         count = 0
+        kept_bytes = 0
         largest = np.int64(-(2**63))
         for r in range(record_start[i], record_start[i + 1]):
             if keep[r]:
                 if first < 0:
                     first = r
                 count += 1
+                kept_bytes += record_size[r]
                 if timestamp[r] > largest:
                     largest = timestamp[r]
-        if horizon[i] >= 0:
-            base = horizon[i]
+        if codec != fmt.COMPRESSION_NONE and kept_bytes + _REBASE_GROWTH_MAX * count > scratch.size:
+            return i, out_pos, n_out, n_crc, -(kept_bytes + _REBASE_GROWTH_MAX * count)
+        if h >= 0:
+            base = h
         elif needs_horizon[i]:
             base = new_horizon
             attrs |= fmt.DELETE_HORIZON_FLAG
@@ -226,20 +241,22 @@ def assemble_batches(
         if codec != fmt.COMPRESSION_NONE:
             room = fmt.RECORD_BATCH_OVERHEAD + frame_bound(o, prefs)
             if hp + room > out.size:
-                return i, out_pos, n_out, room
+                return i, out_pos, n_out, n_crc, room
             written = compress_frame(scratch, 0, o, out, hp + fmt.RECORD_BATCH_OVERHEAD, prefs)
             if written < 0:
-                return i, out_pos, n_out, 0
+                return i, out_pos, n_out, n_crc, 0
             o = hp + fmt.RECORD_BATCH_OVERHEAD + written
-        write_v2_header(out, hp, base_offset[i], o - hp - fmt.LOG_OVERHEAD, ple[i], attrs,
-                        last_offset[i] - base_offset[i], base, new_max, pid[i], epoch[i], seq[i], count)
+        write_v2_header(out, hp, base_offset[i], o - hp - fmt.LOG_OVERHEAD, np.int64(ple[i]), attrs,
+                        last_offset[i] - base_offset[i], base, new_max, pid[i], np.int64(epoch[i]), np.int64(seq[i]),
+                        count)
         out_batch_pos[n_out] = hp
         out_batch_last[n_out] = last_offset[i]
         out_batch_max_ts[n_out] = new_max
-        out_needs_crc[n_out] = True
+        crc_positions[n_crc] = hp
+        n_crc += 1
         n_out += 1
         out_pos = o
-    return n, out_pos, n_out, 0
+    return n, out_pos, n_out, n_crc, 0
 
 
 # ---- the recopy's decisions over one window (`cleaner.recopy._decide`, `_horizons`) --------------------------------
@@ -469,3 +486,61 @@ def window_horizons(
     counts[COUNT_EARLIEST_PENDING] = earliest
     counts[COUNT_KEPT_CONTROL] = controls
 
+
+# ---- the records a window adds to the offset map (`cleaner.indexing`) ---------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def select_keys(offsets, key_len, batch_index, magic, attributes, aborted, first_dirty, first_uncleanable,
+                in_arena, out_offsets, out_rows, out_in_arena):
+    """The records of a window the index phase inserts, in order: keyed, with an offset in [first_dirty,
+    first_uncleanable), in a batch that is not a control batch nor `aborted` (per batch; empty: none is).
+    Writes each one's offset, record index and whether its key lies in the arena (`in_arena` per batch);
+    returns how many."""
+    count = 0
+    check_aborted = aborted.size > 0
+    for r in range(offsets.size):
+        o = offsets[r]
+        if key_len[r] < 0 or o < first_dirty or o >= first_uncleanable:
+            continue
+        b = batch_index[r]
+        if _is_control(magic[b], attributes[b]) or (check_aborted and aborted[b]):
+            continue
+        out_offsets[count] = o
+        out_rows[count] = r
+        out_in_arena[count] = in_arena[b]
+        count += 1
+    return count
+
+
+@numba.njit(cache=True, nogil=True)
+def producer_last_batches(producer_id, magic, attributes, last_offset, table_producer_id, table_last_data,
+                          table_last_entry, table_last_timestamp, table_open_first, expired_before, out):
+    """out[i]: v2 batch i holds its producer's last data offset (Kafka's isBatchLastRecordOfProducer), by the
+    producers' table (`LogSurvey.producer_table`, sorted by producer id): the producer is in it, not expired
+    (its last timestamp after `expired_before`, or a transaction open), and the batch's last offset is its last
+    data offset, or, when it has no data batch, its last entry's and the batch is a control batch."""
+    rows = table_producer_id.size
+    for i in range(producer_id.size):
+        out[i] = False
+        pid = producer_id[i]
+        if pid < 0 or magic[i] != fmt.MAGIC_V2 or rows == 0:
+            continue
+        lo = 0
+        hi = rows
+        while lo < hi:  # the first row whose producer id is not below pid
+            mid = (lo + hi) >> 1
+            if table_producer_id[mid] < pid:
+                lo = mid + 1
+            else:
+                hi = mid
+        row = min(lo, rows - 1)
+        if table_producer_id[row] != pid:
+            continue
+        if table_last_timestamp[row] <= expired_before and table_open_first[row] < 0:
+            continue
+        last_data = table_last_data[row]
+        if last_data >= 0:
+            out[i] = last_offset[i] == last_data
+        else:
+            out[i] = _is_control(magic[i], attributes[i]) and last_offset[i] == table_last_entry[row]

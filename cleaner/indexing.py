@@ -23,13 +23,15 @@ When the section's bounds can be foreseen before the survey, the survey's own pa
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
-from offsetmap import OffsetMap, hash_key_spans
+from offsetmap import OffsetMap, hash_key_rows
 from segments.files.readahead import WindowRing, read_ahead
 from segments.partition.log import PartitionLog
 
@@ -38,6 +40,16 @@ from .survey import WINDOW_BYTES, LogSurvey
 __all__ = ["IndexAhead", "IndexResult", "SupersededOffsets", "build_offset_map"]
 
 _NONE = np.empty(0, dtype=np.int64)  # no record selected
+_NO_BATCHES = np.empty(0, dtype=np.bool_)  # no batch is aborted
+
+
+@functools.cache
+def _kern() -> ModuleType:
+    """`cleaner._kernels`, imported at the first call: numba loads only when a round indexes (the CLI's start-up
+    stays fast), and a cached call is cheaper per window than an `import` statement."""
+    from . import _kernels
+
+    return _kernels
 
 
 class SupersededOffsets:
@@ -56,18 +68,12 @@ class SupersededOffsets:
 
     def mark(self, offsets: np.ndarray) -> None:
         """Mark `offsets` superseded (those outside the bitmap, and -1, are ignored)."""
-        # numba (the round's kernels) is imported only when a round indexes: start-up of the CLI stays fast
-        from ._kernels import mark_offsets
-
-        mark_offsets(self.bits, self.start, np.ascontiguousarray(offsets, dtype=np.int64))
+        _kern().mark_offsets(self.bits, self.start, np.ascontiguousarray(offsets, dtype=np.int64))
 
     def marked(self, offsets: np.ndarray) -> np.ndarray:
         """int8 per offset: 1 superseded, 0 not, -1 outside the bitmap (the map must be asked)."""
-        # numba (the round's kernels) is imported only when a round recopies: start-up of the CLI stays fast
-        from ._kernels import offsets_marked
-
         out = np.empty(len(offsets), dtype=np.int8)
-        offsets_marked(self.bits, self.start, np.ascontiguousarray(offsets, dtype=np.int64), out)
+        _kern().offsets_marked(self.bits, self.start, np.ascontiguousarray(offsets, dtype=np.int64), out)
         return out
 
 
@@ -84,32 +90,24 @@ class IndexResult:
     superseded: SupersededOffsets
 
 
-def _hashes_in_order(result, records: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """h1, h2 of the keys of `records` (indices into the scan's record arrays), in the given order."""
-    h1 = np.empty(len(records), dtype=np.uint64)
-    h2 = np.empty(len(records), dtype=np.uint64)
-    in_arena = result.record_in_arena[records] if len(result.arena) else np.zeros(len(records), dtype=bool)
-    for flag, source in ((False, result.buffer), (True, result.arena)):
-        sel = np.nonzero(in_arena == flag)[0]
-        if not len(sel):
-            continue
-        r = records[sel]
-        a, b = hash_key_spans(source, result.key_pos[r], result.key_len[r], seed)
-        h1[sel] = a
-        h2[sel] = b
-    return h1, h2
-
-
 def _window_keys(result, aborted: np.ndarray | None, first_dirty: int, first_uncleanable: int, seed: int):
-    """(records to index, their h1, h2) of one scanned window: every keyed record in [first_dirty,
-    first_uncleanable) of a batch that is not a control batch nor `aborted` (None: no batch is)."""
-    eligible = ~result.is_control if aborted is None else ~result.is_control & ~aborted
-    offsets = result.offset
-    selected = np.nonzero(
-        eligible[result.batch_index] & (offsets >= first_dirty) & (offsets < first_uncleanable) & (result.key_len >= 0)
-    )[0]
-    h1, h2 = _hashes_in_order(result, selected, seed) if len(selected) else (None, None)
-    return selected, h1, h2
+    """(offsets, h1, h2) of the records of one scanned window to index, in order: every keyed record in
+    [first_dirty, first_uncleanable) of a batch that is not a control batch nor `aborted` (None: no batch is).
+    Two compiled calls without the GIL: `_kernels.select_keys`, then `offsetmap.hash_key_rows` over the window
+    and its arena."""
+    kern = _kern()
+    n = result.n_records
+    offsets = np.empty(n, dtype=np.int64)
+    rows = np.empty(n, dtype=np.int64)
+    in_arena = np.empty(n, dtype=np.bool_)
+    count = kern.select_keys(result.offset, result.key_len, result.batch_index, result.magic, result.attributes,
+                             _NO_BATCHES if aborted is None else aborted, first_dirty, first_uncleanable,
+                             result.records_in_arena, offsets, rows, in_arena)
+    if not count:
+        return _NONE, None, None
+    h1, h2 = hash_key_rows(result.buffer, result.arena, result.key_pos, result.key_len, rows[:count], in_arena[:count],
+                           seed)
+    return offsets[:count], h1, h2
 
 
 class _MapFiller:
@@ -125,15 +123,16 @@ class _MapFiller:
         self.records_indexed = self.records_read = self.bytes_read = 0
         self.map_full = False
 
-    def window(self, result, selected: np.ndarray, h1, h2) -> bool:
-        """Insert one window's selected records; True when the map filled (indexing stops there)."""
+    def window(self, result, offsets: np.ndarray, h1, h2) -> bool:
+        """Insert one window's selected records (`_window_keys`: their offsets and hashes); True when the map
+        filled (indexing stops there)."""
         self.records_read += result.n_records
-        if len(selected):
-            previous = np.empty(len(selected), dtype=np.int64)
-            consumed = self.map.insert_hashes(h1, h2, result.offset[selected], previous=previous)
+        if len(offsets):
+            previous = np.empty(len(offsets), dtype=np.int64)
+            consumed = self.map.insert_hashes(h1, h2, offsets, previous=previous)
             self.superseded.mark(previous[:consumed])
             self.records_indexed += consumed
-            if consumed < len(selected):
+            if consumed < len(offsets):
                 self.map_full = True
                 return True
         last = int(result.last_offset[-1])
@@ -157,7 +156,7 @@ class _MapFiller:
 
 def _hashed_windows(segments, survey: LogSurvey, first_dirty: int, first_uncleanable: int, seed: int, ring: WindowRing,
                     charge_io: Callable[[int], None] | None = None):
-    """(k, scan result, records to index, their h1, h2) per window of the dirty section, then (k, None, ...)
+    """(k, scan result, offsets of the records to index, their h1, h2) per window of the dirty section, then (k, None, ...)
     once segment k is done; runs on the read-ahead thread (charges each read to `charge_io` before it, reads,
     scans and hashes, all outside the GIL)."""
     for k, segment in enumerate(segments):
@@ -198,14 +197,14 @@ def build_offset_map(
     segments = [s for s in log.segments if s.base_offset < first_uncleanable and next_offsets[s.base_offset] > first_dirty]
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
     windows = _hashed_windows(segments, survey, first_dirty, first_uncleanable, offset_map.seed, ring, charge_io)
-    for k, result, selected, h1, h2 in read_ahead(windows, name="index-read-ahead"):
+    for k, result, offsets, h1, h2 in read_ahead(windows, name="index-read-ahead"):
         if result is None:
             filler.segment_done(segments[k + 1].base_offset if k + 1 < len(segments) else first_uncleanable)
             continue
         check_abort()
         filler.bytes_read += result.end_position - result.start_position
         on_bytes(result.end_position - result.start_position, "read")
-        if filler.window(result, selected, h1, h2):
+        if filler.window(result, offsets, h1, h2):
             break
     return filler.result(time.monotonic() - started)
 
@@ -246,7 +245,8 @@ class IndexAhead:
         return wanted
 
     def keys(self, result):
-        """(read-ahead thread) The records to index in a window of a segment whose records were scanned."""
+        """(read-ahead thread) The records to index in a window of a segment whose records were scanned: their
+        offsets and hashes (`_window_keys`)."""
         return _window_keys(result, None, self.first_dirty, self.end, self._seed)
 
     def take(self, i: int, result, keys) -> None:

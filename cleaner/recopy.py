@@ -169,7 +169,7 @@ class _OutputBuffer:
         self.positions = np.empty(0, dtype=np.int64)
         self.last_offsets = np.empty(0, dtype=np.int64)
         self.max_timestamps = np.empty(0, dtype=np.int64)
-        self.needs_crc = np.empty(0, dtype=np.bool_)
+        self.crc_positions = np.empty(0, dtype=np.int64)  # where the kernel wrote a batch whose CRC is to stamp
         self.scratch = np.empty(0, dtype=np.uint8)  # the records of one lz4 batch rebuilt by the kernel
         self.lz4_preferences: np.ndarray | None = None  # the frame settings the kernel compresses with
 
@@ -181,7 +181,7 @@ class _OutputBuffer:
             self.data = grown
         if len(self.positions) < batches:
             size = max(batches, 2 * len(self.positions))
-            for name in ("positions", "last_offsets", "max_timestamps", "needs_crc"):
+            for name in ("positions", "last_offsets", "max_timestamps", "crc_positions"):
                 old = getattr(self, name)
                 grown = np.empty(size, dtype=old.dtype)
                 grown[: len(old)] = old
@@ -189,27 +189,17 @@ class _OutputBuffer:
 
 
 def _producer_last_batches(result, ctx: RecopyContext) -> np.ndarray:
-    """True for batches that hold their producer's last data offset (Kafka's isBatchLastRecordOfProducer)."""
-    out = np.zeros(result.n_batches, dtype=bool)
-    pids = result.producer_id
-    has_pid = np.flatnonzero((pids >= 0) & (result.magic == fmt.MAGIC_V2))
+    """True for batches that hold their producer's last data offset (Kafka's isBatchLastRecordOfProducer): one
+    compiled call (`_kernels.producer_last_batches`) over the window and the survey's producer table."""
+    out = np.empty(result.n_batches, dtype=bool)
     table = ctx.survey.producer_table()
-    if not len(has_pid) or not len(table.producer_id):
-        return out
-    wanted = pids[has_pid]
-    row = np.minimum(np.searchsorted(table.producer_id, wanted), len(table.producer_id) - 1)
-    known = table.producer_id[row] == wanted
     # Kafka's isProducerExpired: expired once now - lastTimestamp >= producer.id.expiration.ms (no open transaction).
     expired_before = min(max(ctx.now_ms - ctx.producer_expiration_ms, -(2**63)), 2**63 - 1)
-    expired = (table.last_timestamp[row] <= expired_before) & (table.open_txn_first_offset[row] < 0)
-    last = result.last_offset[has_pid]
-    last_data = table.last_data_offset[row]
-    # The batch holding its last data offset; with no data batch at all, its latest marker (Kafka: the
-    # control batch of the current epoch).
-    holds = np.where(
-        last_data >= 0, last == last_data, result.is_control[has_pid] & (last == table.last_entry_offset[row])
+    _kern().producer_last_batches(
+        result.producer_id, result.magic, result.attributes, result.last_offset, table.producer_id,
+        table.last_data_offset, table.last_entry_offset, table.last_timestamp, table.open_txn_first_offset,
+        expired_before, out,
     )
-    out[has_pid] = known & ~expired & holds
     return out
 
 
@@ -225,8 +215,7 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
     n = result.n_batches
     magic = result.magic
     aborted = ctx.survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional)
-    retain_empty = _producer_last_batches(result, ctx)
-    retain_empty &= magic == fmt.MAGIC_V2
+    retain_empty = _producer_last_batches(result, ctx)  # v2 batches only
     if group_last >= 0:
         retain_empty[group_last] |= magic[group_last] == fmt.MAGIC_V2
     superseded = ctx.superseded
@@ -412,47 +401,31 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, out:
     cannot build (other codecs, legacy), which are built here one by one.
     Rebuilt batches marked in `clear_horizon` are written without their delete horizon.
     """
-    # numba (the round's kernels) is imported only when a round recopies: start-up of the CLI stays fast
-    from segments.codec import _lz4_kernels as lz4k
-    from segments.codec._crc_kernels import stamp_v2_crcs
-
-    from ._kernels import assemble_batches
-
+    kern, lz4k, crc = _kern(), _lz4_kernels(), _crc_kernels()
     n = result.n_batches
     worst = len(result.buffer) + fmt.RECORD_BATCH_OVERHEAD * n + 10 * result.n_records
     out.reserve(worst, n)
-    batch_local = result.batch_position - result.base_position
-    keep_u8 = keep.view(np.uint8) if keep.dtype == np.bool_ else keep
-    attributes = result.attributes.astype(np.int64)
-    horizons = result.delete_horizon_ms
-    if clear_horizon is not None and clear_horizon.any():
-        attributes[clear_horizon] &= ~fmt.DELETE_HORIZON_FLAG
-        horizons = np.where(clear_horizon, fmt.NO_TIMESTAMP, horizons)
-    lz4_ok = lz4k.ENABLED
     if out.lz4_preferences is None:
         out.lz4_preferences = lz4k.kafka_preferences()
-    if lz4_ok:
-        lz4_rebuilds = np.flatnonzero((action == ACTION_REBUILD) & (result.magic == fmt.MAGIC_V2)
-                                      & ((result.attributes & fmt.COMPRESSION_MASK) == fmt.COMPRESSION_LZ4))
-        if len(lz4_rebuilds):
-            records = result.records_bytes[lz4_rebuilds] + 10 * result.records_count[lz4_rebuilds].astype(np.int64)
-            if len(out.scratch) < int(records.max()):
-                out.scratch = np.empty(max(int(records.max()), 2 * len(out.scratch)), dtype=np.uint8)
-    i, pos, count = 0, 0, 0
+    clear = _NO_FLAGS if clear_horizon is None else clear_horizon
+    i = pos = count = n_crc = 0
     while True:
-        i, pos, count, room = assemble_batches(
-            result.buffer, result.arena, i, action, batch_local, result.batch_size, result.magic,
-            attributes, result.base_offset, result.last_offset, result.base_timestamp,
-            result.max_timestamp, horizons, result.producer_id, result.producer_epoch.astype(np.int64),
-            result.base_sequence.astype(np.int64), result.partition_leader_epoch.astype(np.int64),
-            result.records_in_arena, result.record_start, needs_horizon, ctx.now_ms + ctx.delete_retention_ms,
-            keep_u8, result.record_pos, result.record_size, result.timestamp, out.data, pos, out.positions,
-            out.last_offsets, out.max_timestamps, out.needs_crc, count, out.scratch, out.lz4_preferences, lz4_ok,
+        i, pos, count, n_crc, room = kern.assemble_batches(
+            result.buffer, result.arena, i, action, result.batch_position, result.base_position, result.batch_size,
+            result.magic, result.attributes, clear, result.base_offset, result.last_offset, result.base_timestamp,
+            result.max_timestamp, result.delete_horizon_ms, result.producer_id, result.producer_epoch,
+            result.base_sequence, result.partition_leader_epoch, result.records_in_arena, result.record_start,
+            needs_horizon, ctx.now_ms + ctx.delete_retention_ms, keep, result.record_pos, result.record_size,
+            result.timestamp, out.data, pos, out.positions, out.last_offsets, out.max_timestamps, out.crc_positions,
+            n_crc, count, out.scratch, out.lz4_preferences, lz4k.ENABLED,
         )
         if i >= n:
             break
-        if room:  # an lz4 rebuild's frame may need more than the worst case of its input
+        if room > 0:  # an lz4 rebuild's frame may need more than the worst case of its input
             out.reserve(pos + room + (worst - pos), n)
+            continue
+        if room < 0:  # an lz4 rebuild's records need a larger scratch
+            out.scratch = np.empty(max(-room, 2 * len(out.scratch)), dtype=np.uint8)
             continue
         records = np.arange(result.record_start[i], result.record_start[i + 1])
         records = records[keep[records]]
@@ -465,13 +438,31 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, out:
         out.reserve(pos + len(data) + (worst - pos), n)
         out.data[pos : pos + len(data)] = np.frombuffer(data, dtype=np.uint8)
         out.positions[count], out.last_offsets[count], out.max_timestamps[count] = pos, last, max_ts
-        out.needs_crc[count] = False
         count += 1
         pos += len(data)
         i += 1
     # The CRC-32C of every batch the kernel wrote, in one compiled call without the GIL.
-    stamp_v2_crcs(out.data, out.positions[:count][out.needs_crc[:count]])
+    crc.stamp_v2_crcs(out.data, out.crc_positions[:n_crc])
     return pos, count
+
+
+_NO_FLAGS = np.zeros(0, dtype=np.bool_)
+
+
+@functools.cache
+def _lz4_kernels() -> ModuleType:
+    """`segments.codec._lz4_kernels` (it binds liblz4), imported at the first call, as `_kern`."""
+    from segments.codec import _lz4_kernels
+
+    return _lz4_kernels
+
+
+@functools.cache
+def _crc_kernels() -> ModuleType:
+    """`segments.codec._crc_kernels`, imported at the first call, as `_kern`."""
+    from segments.codec import _crc_kernels
+
+    return _crc_kernels
 
 
 def clean_group(

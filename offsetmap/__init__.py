@@ -11,8 +11,8 @@ in place in segment buffers) with `cache=True`, so compilation is cached on disk
 process start; the project allows numba for these hot loops (see `_kernels.py`). The package must not read or
 write files, read the clock, start threads or know the record format: callers hand it hashes or byte spans.
 
-Public API: `OffsetMap`, `hash_key`, `hash_key_spans`, `per_thread_memory_bytes`, `memory_bytes_for_keys`,
-the limits and the errors below. Everything else is private.
+Public API: `OffsetMap`, `hash_key`, `hash_key_spans`, `hash_key_rows`, `per_thread_memory_bytes`,
+`memory_bytes_for_keys`, the limits and the errors below. Everything else is private.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # for type checkers; at run time each name is imported at its
         OffsetMapInputError,
         OffsetOrderError,
     )
-    from .hashing import SEED_MAX, hash_key, hash_key_spans
+    from .hashing import SEED_MAX, hash_key, hash_key_rows, hash_key_spans
     from .map import (
         BYTES_PER_SLOT,
         LOAD_FACTOR_DEFAULT,
@@ -47,7 +47,7 @@ _SOURCES = {
         "KeySpanError", "OffsetMapConfigError", "OffsetMapError", "OffsetMapFullError", "OffsetMapInputError",
         "OffsetOrderError",
     ),
-    ".hashing": ("SEED_MAX", "hash_key", "hash_key_spans"),
+    ".hashing": ("SEED_MAX", "hash_key", "hash_key_rows", "hash_key_spans"),
     ".map": (
         "BYTES_PER_SLOT", "LOAD_FACTOR_DEFAULT", "PER_THREAD_MEMORY_BYTES_MAX", "SLOTS_MAX", "OffsetMap",
         "memory_bytes_for_keys", "per_thread_memory_bytes",
@@ -83,6 +83,7 @@ __all__ = [
     "SEED_MAX",
     "SLOTS_MAX",
     "hash_key",
+    "hash_key_rows",
     "hash_key_spans",
     "memory_bytes_for_keys",
     "per_thread_memory_bytes",

@@ -36,6 +36,7 @@ __all__ = [
     "check_offsets",
     "check_spans",
     "get_one",
+    "hash_rows",
     "hash_spans",
     "insert_hashes",
     "insert_spans",
@@ -239,6 +240,34 @@ def hash_spans(buf, key_pos, key_len, seed_word, out_h1, out_h2):
             a, b = _murmur3_x64_128(buf, key_pos[i], length, seed_word)
             out_h1[i] = a
             out_h2[i] = b
+
+
+@numba.njit(cache=True, nogil=True)
+def hash_rows(buf_a, buf_b, key_pos, key_len, rows, in_b, seed_word, out_h1, out_h2):
+    """Hash the key spans `rows[j]` in place, in `buf_b` where `in_b[j]`, else in `buf_a`; a null key (length -1)
+    gets (0, 0). Checks as it goes: returns -1, or the first j whose row is not an index of the spans or whose
+    span is not inside its buffer (entries before it are hashed)."""
+    for j in range(rows.size):
+        r = rows[j]
+        if r < 0 or r >= key_pos.size:
+            return j
+        length = np.int64(key_len[r])
+        position = key_pos[r]
+        if length == -1:
+            out_h1[j] = _ZERO
+            out_h2[j] = _ZERO
+            continue
+        if in_b[j]:
+            if length < -1 or position < 0 or position > buf_b.size - length:
+                return j
+            a, b = _murmur3_x64_128(buf_b, position, length, seed_word)
+        else:
+            if length < -1 or position < 0 or position > buf_a.size - length:
+                return j
+            a, b = _murmur3_x64_128(buf_a, position, length, seed_word)
+        out_h1[j] = a
+        out_h2[j] = b
+    return -1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -7,7 +7,9 @@ same result for the same bytes and seed:
 
 * `hash_key(key, seed)` for one key held as a bytes-like object (uses mmh3 directly);
 * `hash_key_spans(buf, key_pos, key_len, seed)` for many keys lying at byte spans of one buffer, hashed in place
-  by a compiled kernel (`_kernels.py`) so the cleaner never copies a key out of a segment buffer.
+  by a compiled kernel (`_kernels.py`) so the cleaner never copies a key out of a segment buffer;
+* `hash_key_rows(buf_a, buf_b, key_pos, key_len, rows, in_b, seed)` for some of those spans (`rows`), each in one
+  of two buffers (a window and the records decompressed from it), in one compiled call that checks as it hashes.
 
 A record with a null key has `key_len == -1`; `hash_key_spans` gives it the hash (0, 0). That value is *not*
 reserved: a real key may hash to it, so callers must skip null keys by their length, never by their hash.
@@ -23,9 +25,9 @@ import numpy as np
 
 from . import _inputs
 from ._compiled import kernels
-from .errors import OffsetMapInputError
+from .errors import KeySpanError, OffsetMapInputError
 
-__all__ = ["SEED_MAX", "hash_key", "hash_key_spans"]
+__all__ = ["SEED_MAX", "hash_key", "hash_key_rows", "hash_key_spans"]
 
 SEED_MAX = _inputs.SEED_MAX
 
@@ -71,4 +73,43 @@ def hash_key_spans(
     h1 = np.empty(count, dtype=np.uint64)
     h2 = np.empty(count, dtype=np.uint64)
     kernels().hash_spans(buffer, positions, lengths, np.uint64(seed), h1, h2)
+    return h1, h2
+
+
+def hash_key_rows(
+    buf_a: np.ndarray,
+    buf_b: np.ndarray,
+    key_pos: np.ndarray,
+    key_len: np.ndarray,
+    rows: np.ndarray,
+    in_b: np.ndarray,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hash the keys of span `rows[j]` (`key_pos`/`key_len` as for `hash_key_spans`), each in `buf_b` where
+    `in_b[j]`, else in `buf_a`, without copying them.
+
+    Requires `buf_a` and `buf_b` 1-D uint8 arrays, `key_pos` int64 and `key_len` int32 or int64 contiguous arrays of
+    one length, `rows` a contiguous int64 array and `in_b` a contiguous bool or uint8 array of one length, and
+    0 <= seed <= SEED_MAX. Ensures `(h1[j], h2[j]) == hash_key(bytes(span rows[j]), seed)` (`(0, 0)` for a null
+    key), as `hash_key_spans` over that span's buffer gives. Returns two new uint64 arrays, one call without the GIL.
+    Raises KeySpanError naming the first span outside its buffer, OffsetMapInputError for a row that is no span's
+    or for bad shapes or dtypes, OffsetMapConfigError for a bad seed.
+    """
+    seed = _inputs.seed_value(seed)
+    for name, array, kinds in (("buf_a", buf_a, (np.uint8,)), ("buf_b", buf_b, (np.uint8,)),
+                               ("key_pos", key_pos, (np.int64,)), ("key_len", key_len, (np.int32, np.int64)),
+                               ("rows", rows, (np.int64,)), ("in_b", in_b, (np.bool_, np.uint8))):
+        if not isinstance(array, np.ndarray) or array.ndim != 1 or array.dtype not in kinds or not array.flags.c_contiguous:
+            raise OffsetMapInputError(name, f"expected a contiguous 1-D array of {'/'.join(np.dtype(t).name for t in kinds)}")
+    _inputs.same_length(key_pos=key_pos, key_len=key_len)
+    count = _inputs.same_length(rows=rows, in_b=in_b)
+    h1 = np.empty(count, dtype=np.uint64)
+    h2 = np.empty(count, dtype=np.uint64)
+    bad = kernels().hash_rows(buf_a, buf_b, key_pos, key_len, rows, in_b, np.uint64(seed), h1, h2)
+    if bad >= 0:
+        r = int(rows[bad])
+        if not 0 <= r < len(key_pos):
+            raise OffsetMapInputError("rows", f"row {r} at {bad} is not an index of the {len(key_pos)} spans")
+        buffer = buf_b if in_b[bad] else buf_a
+        raise KeySpanError(r, int(key_pos[r]), int(key_len[r]), buffer.size)
     return h1, h2
