@@ -4,10 +4,12 @@ Owns the one implementation of Kafka's append-time indexing rule (`LogSegment.ap
 and 3.2) over many batches at once: the running max timestamp and the last offset of the earliest batch
 holding it, updated before each batch is considered; an offset-index entry at a batch when more than
 `index.interval.bytes` were appended since the last entry, with a time-index candidate `(max timestamp so
-far, its offset)` there. `segments.files.index` calls it (`index_candidates_for`) for `LogSegment.append_batches`
-and for the canonical whole-segment build; whether a time candidate becomes an entry is the `TimeIndex`'s rule.
+far, its offset)` there. `segments.files.index` calls it (`index_candidates`) for `LogSegment.append_batches`
+and for the canonical whole-segment build. Also the array appends' checks of `OffsetIndex.append_many`
+(`offset_entries`) and the `TimeIndex`'s rule for which candidates become entries (`time_entries`), each in
+one call; the single-entry paths of `segments.files.index` say what they check and raise.
 
-Imported only inside functions (numba must not load at the CLI's start-up). Compiled `nogil`: the caller
+Imported only at the first call (numba must not load at the CLI's start-up). Compiled `nogil`: the caller
 passes contiguous int64 arrays and gets the counts and the state after the last batch.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import numba
 
-__all__ = ["index_candidates"]
+__all__ = ["index_candidates", "offset_entries", "time_entries"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -47,3 +49,54 @@ def index_candidates(positions, last_offsets, max_timestamps, end, interval, byt
         following = positions[i + 1] if i + 1 < n else end
         bytes_since += following - positions[i]
     return count, bytes_since, max_timestamp, shallow_offset
+
+
+@numba.njit(cache=True, nogil=True)
+def offset_entries(offsets, positions, base_offset, lowest_relative, lowest_position, relative_max, position_max,
+                   out_relative, out_position):
+    """`OffsetIndex.append`'s checks over entries at once: True when every `(offset, position)` would pass them
+    in order after an entry at (`lowest_relative` - 1, `lowest_position`) — relative offsets increasing from
+    `lowest_relative` up to `relative_max`, positions not decreasing from `lowest_position` up to `position_max`
+    — with the relative offsets and positions written (int32) to the outputs; False at the first that would not
+    (the outputs are then partly written)."""
+    previous_relative = lowest_relative - 1
+    previous_position = lowest_position
+    for i in range(offsets.size):
+        relative = offsets[i] - base_offset
+        position = positions[i]
+        if relative <= previous_relative or relative > relative_max:
+            return False
+        if position < previous_position or position > position_max:
+            return False
+        out_relative[i] = relative
+        out_position[i] = position
+        previous_relative = relative
+        previous_position = position
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def time_entries(timestamps, offsets, base_offset, last_timestamp, last_offset, relative_max, out_timestamp,
+                 out_relative):
+    """The time index's append rule over candidates at once (`TimeIndex.maybe_append` one by one): when the
+    candidates' timestamps and offsets do not decrease, from the last entry's (`last_timestamp`, `last_offset`;
+    -1 and the base offset for none), and every offset is within `relative_max` of `base_offset`, the
+    candidates whose timestamp is above the one before (the first: above `last_timestamp`) are written to the
+    outputs (timestamp, int32 relative offset) and their count is returned; else -1 (nothing is decided)."""
+    n = timestamps.size
+    if n == 0:
+        return 0
+    if timestamps[0] < last_timestamp or offsets[0] < last_offset or offsets[n - 1] - base_offset > relative_max:
+        return -1
+    for i in range(1, n):
+        if timestamps[i] < timestamps[i - 1] or offsets[i] < offsets[i - 1]:
+            return -1
+    count = 0
+    previous = last_timestamp
+    for i in range(n):
+        if timestamps[i] > previous:
+            out_timestamp[count] = timestamps[i]
+            out_relative[count] = offsets[i] - base_offset
+            count += 1
+        previous = timestamps[i]
+    return count

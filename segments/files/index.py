@@ -1,9 +1,10 @@
 """The offset index (`.index`) and time index (`.timeindex`) of one segment: docs/format.md 3.1 and 3.2.
 
-Owns opening, appending to (entry by entry or as arrays: `append_many`, `maybe_append_many`), looking up in,
-truncating, checking, writing and renaming the two sparse indexes of a segment, and Kafka's rules for building
-them from batches: at append time over a run of batches (`interval_entries`, compiled in `_index_kernels`) and
-the canonical whole-segment build (`build_offset_index_entries`, `build_time_index_entries`). It must not read `.log` files (callers pass
+Owns opening, appending to (entry by entry or as arrays: `append_many`, `maybe_append_many`, each checked in one
+compiled call of `_index_kernels`), looking up in, truncating, checking, writing and renaming the two sparse
+indexes of a segment, and Kafka's rules for building them from batches: at append time over a run of batches
+(`interval_entries`, compiled in `_index_kernels`) and the canonical whole-segment build
+(`build_offset_index_entries`, `build_time_index_entries`). It must not read `.log` files (callers pass
 batch positions, offsets and timestamps) and does not decide when an index is rebuilt: the log calls
 `sanity_check()` on every index it opens and rebuilds the index on `CorruptIndexError`, as Kafka's
 `LogSegment.sanityCheck` / `LogLoader` do. The byte layouts come from `segments.codec.format`.
@@ -18,10 +19,12 @@ under its lock. The decisions, and where they differ from Kafka: see docs/design
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
@@ -82,9 +85,23 @@ def _steps(values: np.ndarray, *, strictly_increasing: bool) -> np.ndarray:
     return mask
 
 
+@functools.cache
+def _kernels() -> ModuleType:
+    """`_index_kernels`, imported at the first call with entries: numba loads only when a segment is indexed
+    by arrays (the CLI's start-up stays fast), and a cached call is cheaper per call than an `import`."""
+    from . import _index_kernels
+
+    return _index_kernels
+
+
 def _int64_columns(*values: ArrayLike) -> list[np.ndarray] | None:
     """`values` as 1-D int64 arrays of one length, or None if any holds something else than integers that fit
     int64 (the caller then appends entry by entry, whose checks say what is wrong)."""
+    if all(type(v) is np.ndarray and v.dtype == np.int64 and v.ndim == 1 and v.flags.c_contiguous for v in values):
+        arrays = [cast(np.ndarray, v) for v in values]  # the appends' usual input, as it is
+        if any(len(a) != len(arrays[0]) for a in arrays):
+            raise ValueError(f"entry arrays must be of one length, got {[len(a) for a in arrays]}")
+        return arrays
     arrays = []
     for value in values:
         array = np.asarray(value)
@@ -497,20 +514,16 @@ class OffsetIndex(_SparseIndex):
         if columns is not None:
             offsets, positions = columns
             n = self._loaded()
-            relative = offsets - self.base_offset
-            # Past the two order checks, the first and last items bound the columns.
             lowest_relative = int(self._cols["relative_offset"][n - 1]) + 1 if n else 0
             lowest_position = int(self._cols["position"][n - 1]) if n else 0
-            if (
-                n + len(relative) <= self.entries_max
-                and lowest_relative <= int(relative[0])
-                and int(relative[-1]) <= fmt.RELATIVE_OFFSET_MAX
-                and lowest_position <= int(positions[0])
-                and int(positions[-1]) <= _INT32_MAX
-                and bool(np.all(relative[1:] > relative[:-1]))
-                and bool(np.all(positions[1:] >= positions[:-1]))
+            relative = np.empty(len(offsets), np.int32)
+            position = np.empty(len(offsets), np.int32)
+            # The checks `append` makes, over every entry in one compiled call (`_index_kernels.offset_entries`).
+            if n + len(offsets) <= self.entries_max and _kernels().offset_entries(
+                offsets, positions, self.base_offset, lowest_relative, lowest_position, fmt.RELATIVE_OFFSET_MAX,
+                _INT32_MAX, relative, position,
             ):
-                self._push_many((relative.astype(np.int32), positions.astype(np.int32)))
+                self._push_many((relative, position))
                 return
         for offset, position in zip(_items(offsets), _items(positions)):
             self.append(offset, position)
@@ -744,22 +757,14 @@ class TimeIndex(_SparseIndex):
             timestamps, offsets = columns
             n = self._loaded()
             last_timestamp, last_offset = self.last_entry  # (-1, base) when there is none
-            if (
-                last_timestamp <= int(timestamps[0])
-                and last_offset <= int(offsets[0])
-                and int(offsets[-1]) - self.base_offset <= fmt.RELATIVE_OFFSET_MAX
-                and bool(np.all(timestamps[1:] >= timestamps[:-1]))
-                and bool(np.all(offsets[1:] >= offsets[:-1]))
-            ):
-                previous = np.empty_like(timestamps)  # with timestamps not decreasing, the last entry's before each
-                previous[0] = last_timestamp
-                previous[1:] = timestamps[:-1]
-                appended = timestamps > previous
-                count = int(np.count_nonzero(appended))
-                if n + count <= self.entries_max - fmt.TIME_INDEX_RESERVED_ENTRIES:
-                    relative = offsets[appended] - self.base_offset
-                    self._push_many((timestamps[appended], relative.astype(np.int32)))
-                    return count
+            chosen = np.empty(len(timestamps), np.int64)
+            relative = np.empty(len(timestamps), np.int32)
+            # The candidates that pass the checks and the rule, in one compiled call (`_index_kernels.time_entries`).
+            count = int(_kernels().time_entries(timestamps, offsets, self.base_offset, last_timestamp, last_offset,
+                                                fmt.RELATIVE_OFFSET_MAX, chosen, relative))
+            if count >= 0 and n + count <= self.entries_max - fmt.TIME_INDEX_RESERVED_ENTRIES:
+                self._push_many((chosen[:count], relative[:count]))
+                return count
         return sum(self.maybe_append(t, o) for t, o in zip(_items(timestamps), _items(offsets)))
 
     def lookup(self, target_timestamp: int) -> tuple[int, int]:
@@ -938,12 +943,8 @@ def interval_entries(
     if count == 0:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty, (bytes_since, max_timestamp, shallow_offset)
-    from ._index_kernels import index_candidates
-
-    batch = np.empty(count, np.int64)
-    timestamps = np.empty(count, np.int64)
-    offsets = np.empty(count, np.int64)
-    found, bytes_since, max_timestamp, shallow_offset = index_candidates(
+    out = np.empty((3, count), np.int64)  # indexed batches, the time candidates' timestamps and offsets
+    found, bytes_since, max_timestamp, shallow_offset = _kernels().index_candidates(
         np.ascontiguousarray(positions, dtype=np.int64),
         np.ascontiguousarray(last_offsets, dtype=np.int64),
         np.ascontiguousarray(max_timestamps, dtype=np.int64),
@@ -952,11 +953,11 @@ def interval_entries(
         bytes_since,
         max_timestamp,
         shallow_offset,
-        batch,
-        timestamps,
-        offsets,
+        out[0],
+        out[1],
+        out[2],
     )
-    return batch[:found], timestamps[:found], offsets[:found], (int(bytes_since), int(max_timestamp), int(shallow_offset))
+    return out[0, :found], out[1, :found], out[2, :found], (int(bytes_since), int(max_timestamp), int(shallow_offset))
 
 
 def _canonical_entries(
