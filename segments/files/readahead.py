@@ -113,8 +113,12 @@ def read_ahead(source: Iterator[T], *, name: str = "read-ahead") -> Iterator[T]:
     `source` must make each item in buffers of a `WindowRing` of two sets (or allocate fresh ones); see the
     module docstring. Exceptions from `source` are raised here at the same item.
     """
-    permits = threading.Semaphore(2)
-    ready: queue.Queue = queue.Queue()
+    # The two permits are tokens in a queue: `queue.SimpleQueue` is C code that waits without the GIL, where a
+    # `threading.Semaphore` or `queue.Queue` runs Python (a Condition and its locks) under the GIL for every item.
+    permits: queue.SimpleQueue = queue.SimpleQueue()
+    permits.put(None)
+    permits.put(None)
+    ready: queue.SimpleQueue = queue.SimpleQueue()
     stop = threading.Event()
 
     finished = threading.Event()
@@ -124,7 +128,7 @@ def read_ahead(source: Iterator[T], *, name: str = "read-ahead") -> Iterator[T]:
         thread.name = name
         try:
             while True:
-                permits.acquire()
+                permits.get()
                 if stop.is_set():
                     return
                 item = next(source, _DONE)
@@ -144,7 +148,7 @@ def read_ahead(source: Iterator[T], *, name: str = "read-ahead") -> Iterator[T]:
         first = True
         while True:
             if not first:
-                permits.release()  # the consumer is done with the previous item
+                permits.put(None)  # the consumer is done with the previous item
             first = False
             item, error = ready.get()
             if error is not None:
@@ -154,7 +158,7 @@ def read_ahead(source: Iterator[T], *, name: str = "read-ahead") -> Iterator[T]:
             yield item
     finally:
         stop.set()
-        permits.release()
+        permits.put(None)
         finished.wait()
         _kept.__dict__.setdefault("idle", []).append(producer)
         close = getattr(source, "close", None)
