@@ -2,7 +2,10 @@
 
 Owns the protocol the Spark data source's writer follows (and anything else that writes a topic in parallel):
 1. Every task attempt writes, per partition it has rows for, one *piece* of v2 batches under
-   `<log dir>/.logsegments-staging-<job>.tmp/<task>-<attempt>/`, and nothing else.
+   `<log dir>/.logsegments-staging-<job>.tmp/<task>-<attempt>/`, and nothing else. Pieces are not fsynced: the
+   commit reads them back from the page cache (and checks every batch's framing and CRC), makes what it writes
+   durable before anyone sees it, and a crash before that loses the job in any case; most staged bytes are so
+   deleted before they ever reach the disk.
 2. The commit (one process; Spark's driver) appends each partition's pieces in task order through a
    `PartitionLog` writer, then rolls, so what the job wrote is all in inactive segments and cleanable.
 3. A new partition, or every partition under overwrite, is built in the staging area and moved into place
@@ -21,6 +24,7 @@ import ctypes
 import ctypes.util
 import errno
 import logging
+import mmap
 import os
 import shutil
 import uuid
@@ -157,11 +161,9 @@ class PieceWriter:
             self._bytes[p] = self._bytes.get(p, 0) + len(payload)
 
     def finish(self) -> list[StagedPiece]:
-        """Close and fsync every piece; the list is what the task reports to the commit."""
+        """Close every piece (no fsync: see the module docstring); the list is what the task reports to the commit."""
         pieces = []
         for p, f in sorted(self._files.items()):
-            f.flush()
-            os.fsync(f.fileno())
             f.close()
             pieces.append(StagedPiece(p, str(self.directory / f"{p}.batches"), self._records[p], self._bytes[p],
                                       self.task, self.attempt))
@@ -174,31 +176,39 @@ class PieceWriter:
         self._files.clear()
 
 
-def _batch_chunks(path: str, limit: int) -> Iterator[bytes]:
-    """Whole batches of the piece file at `path`, in chunks of about `limit` bytes (a larger batch alone)."""
+def _batch_chunks(path: str, limit: int) -> Iterator[memoryview]:
+    """Whole batches of the piece file at `path`, as views of a read-only mapping of the file (read once, from
+    the page cache, no copy here). The chunks are those of reading the file `limit` bytes at a time and taking
+    the whole batches read so far (a batch larger than that alone): the appends, and so where the log rolls
+    and puts index entries, are what they were when the pieces were read that way."""
     with open(path, "rb") as f:
-        buf = b""
-        while True:
-            data = f.read(limit)
-            buf += data
-            pos = 0
-            while pos + fmt.LOG_OVERHEAD <= len(buf):
-                size = fmt.LOG_OVERHEAD + fmt.PREFIX.unpack_from(buf, pos)[1]
-                if size < fmt.RECORD_BATCH_OVERHEAD:
-                    raise LogStateError(f"{path}: invalid batch length at position {f.tell() - len(buf) + pos}")
-                if pos + size > len(buf):
-                    if pos == 0:  # one batch larger than a chunk: read the rest of it
-                        buf += f.read(size - len(buf))
-                        pos = size if len(buf) >= size else 0
-                    break
-                pos += size
-            if pos:
-                yield buf[:pos]
-                buf = buf[pos:]
-            elif not data:
-                if buf:
-                    raise LogStateError(f"{path}: incomplete batch at the end of a staged piece")
-                return
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return
+        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+            read = start = 0  # bytes read so far; where the batches not yet handed out start
+            while True:
+                got = min(limit, size - read)
+                read += got
+                pos = start
+                while pos + fmt.LOG_OVERHEAD <= read:
+                    batch = fmt.LOG_OVERHEAD + fmt.PREFIX.unpack_from(mapped, pos)[1]
+                    if batch < fmt.RECORD_BATCH_OVERHEAD:
+                        raise LogStateError(f"{path}: invalid batch length at position {pos}")
+                    if pos + batch > read:
+                        if pos == start:  # one batch larger than a chunk: read the rest of it
+                            read = min(size, start + batch)
+                            pos = start + batch if read == start + batch else start
+                        break
+                    pos += batch
+                if pos > start:
+                    with view[start:pos] as chunk:
+                        yield chunk
+                    start = pos
+                elif not got:
+                    if read > start:
+                        raise LogStateError(f"{path}: incomplete batch at the end of a staged piece")
+                    return
 
 
 def _check_piece(piece: StagedPiece) -> None:
@@ -219,13 +229,16 @@ def _check_piece(piece: StagedPiece) -> None:
             pos += fmt.LOG_OVERHEAD + length
 
 
-def _append_pieces(plog: PartitionLog, pieces: Sequence[StagedPiece]) -> None:
+def _append_pieces(plog: PartitionLog, pieces: Sequence[StagedPiece], *, flush: bool = True) -> None:
+    """Append the pieces in order and roll; with `flush`, fsync and record the recovery point now (a partition
+    built in the staging area is fsynced by the roll and its recovery point is set where it lands)."""
     limit = min(plog.config.segment_bytes, _CHUNK_BYTES)
     for piece in pieces:
         for chunk in _batch_chunks(piece.path, limit):
             plog.append_batches(chunk)
     plog.roll(reason="bulk write committed")
-    plog.flush()
+    if flush:
+        plog.flush()
 
 
 def _exchange(a: Path, b: Path) -> None:
@@ -277,7 +290,7 @@ def _build_partition(staging: Path, topic: str, partition: int, pieces: Sequence
     built = staging / "out" / f"{topic}-{partition}"
     with PartitionLog.open(built, mode="writer", config=config, create=True) as plog:
         if pieces:
-            _append_pieces(plog, pieces)
+            _append_pieces(plog, pieces, flush=False)
         return built, plog.log_end_offset, plog.size_bytes
 
 
