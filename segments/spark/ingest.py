@@ -10,28 +10,48 @@ their JSON; other types their string form (e.g. an integer key 42 is the two byt
 StringSerializer would have it). A timestamp column may be a timestamp, a date, epoch milliseconds, or a string
 Spark's `to_timestamp` parses.
 
+The job is one pass over the input: each Spark task gets its rows as Arrow batches (`mapInArrow`), drops or
+counts the rows with a null key, encodes the rest and stages them as pieces (`segments.spark.bulk_write`), and
+reports its pieces, counts and timings in one row; the commit then runs here, in the calling process, which
+has the staging protocol's code loaded already. No Python process is started for planning or committing (the
+`logsegments` data source's writer needs one for each), and the source is read once (no separate pass to
+count null keys).
+
 Errors, and what a failure leaves. Everything that can be checked before Spark starts is checked by
 `check_ingest` (the source exists and is readable, its format, the value options, the topic and its partition
-count against an existing topic). Rows whose key is null are counted before anything is written: with
-`null_keys="error"` the ingest stops there (`NullKeyError`, with the count), with `"drop"` they are left out
-and counted in the result. Every other Spark failure — reading the source, a failing task — becomes one
-`IngestError` whose message is one line (`describe_spark_error`). The write itself stages its pieces outside
-the topic's partitions (`segments.spark.bulk_write`), so a failure before the commit leaves the output as it was:
-staged files are removed and a log dir the job created is removed again.
+count against an existing topic). Rows whose key is null are counted by the tasks: with `null_keys="error"` a
+task that meets one stops staging and only counts, and the ingest raises `NullKeyError` (with the count) with
+nothing written; with `"drop"` they are left out and counted in the result. Every other Spark failure —
+reading the source, a failing task — becomes one `IngestError` whose message is one line
+(`describe_spark_error`). The tasks stage their pieces outside the topic's partitions, so a failure before the
+commit leaves the output as it was: staged files are removed and a log dir the job created is removed again.
 """
 
 from __future__ import annotations
 
 import glob
+import json
+import logging
 import os
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..codec import format as fmt
 from ..codec.errors import SegmentError
 from ..files.pathcheck import describe_os_error
-from ..partition.log import PartitionLog
-from .bulk_write import check_topic_partitions
+from ..partition.log import LogConfig, PartitionLog
+from .bulk_write import (
+    PieceWriter,
+    StagedPiece,
+    abort_job,
+    check_topic_partitions,
+    commit_job,
+    missing_dirs,
+    new_job_id,
+)
 from .session import describe_spark_error
 
 __all__ = [
@@ -44,6 +64,8 @@ __all__ = [
     "guess_format",
     "ingest",
 ]
+
+log = logging.getLogger(__name__)
 
 NULL_KEY_POLICIES = ("error", "drop")
 _COLUMNS_NAMED_MAX = 30  # columns listed in an unknown-column message
@@ -92,6 +114,7 @@ class IngestResult:
     write_s: float = 0.0
     rows_read: int = 0
     null_key_rows_dropped: int = 0
+    timings_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_records(self) -> int:
@@ -293,6 +316,28 @@ def _ingest(
     value_column: str | None, timestamp_column: str | None, compression: str, records_per_batch: int,
     segment_bytes: int | None, overwrite: bool, read_options: dict[str, str], null_keys: str,
 ) -> IngestResult:
+
+    started = time.perf_counter()
+    if records_per_batch < 1:
+        raise IngestUsageError(f"records per batch must be at least 1, got {records_per_batch}")
+    if compression.lower() not in fmt.COMPRESSION_IDS:
+        raise IngestUsageError(f"unknown compression {compression!r}; one of {', '.join(sorted(fmt.COMPRESSION_IDS))}")
+    config = LogConfig() if segment_bytes is None else LogConfig(segment_bytes=segment_bytes)
+    warm_up = _WarmUp(spark)  # the Python workers and the commit's kernels, while Spark reads the schema
+    try:
+        return _write(spark, source, fmt_name, warm_up, started, topic=topic, partitions=partitions,
+                      key_column=key_column, output=output, value_column=value_column, timestamp_column=timestamp_column,
+                      compression=compression, records_per_batch=records_per_batch, config=config, overwrite=overwrite,
+                      read_options=read_options, null_keys=null_keys)
+    finally:
+        warm_up.wait_for_workers()  # never left running: the caller may stop the session next
+
+
+def _write(
+    spark, source: str, fmt_name: str, warm_up: _WarmUp, started: float, *, topic: str, partitions: int,
+    key_column: str, output: Path, value_column: str | None, timestamp_column: str | None, compression: str,
+    records_per_batch: int, config: LogConfig, overwrite: bool, read_options: dict[str, str], null_keys: str,
+) -> IngestResult:
     from pyspark.sql import functions as F
 
     options = {"header": "true"} if fmt_name == "csv" else {}
@@ -303,37 +348,217 @@ def _ingest(
         _check_column(df, value_column, "value", source)
     if timestamp_column is not None:
         _check_column(df, timestamp_column, "timestamp", source)
-    # Null keys are decided before anything is written: one pass counts rows and non-null keys (for a
-    # columnar source it reads the key column only). A key is null exactly when the key column is, since
-    # every conversion of `_as_binary` maps a non-null value to non-null bytes.
-    key = F.col(f"`{key_column}`")
-    counts = df.agg(F.count(F.lit(1)).alias("rows"), F.count(key).alias("keyed")).first()
-    rows, null_rows = counts["rows"], counts["rows"] - counts["keyed"]
-    if null_rows and null_keys == "error":
-        raise NullKeyError(path=source, column=key_column, null_rows=null_rows, rows=rows)
-    if null_rows:
-        df = df.filter(key.isNotNull())  # a filter keeps the order of the rows it passes
     if value_column is None:  # --value-format json: the whole row
         value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns])).cast("binary")
     else:
         value = _as_binary(df, value_column)
+    # A key is null exactly when the key column is: every conversion of `_as_binary` maps a non-null value to
+    # non-null bytes. The tasks count (and drop, or refuse) those rows.
     columns = [_as_binary(df, key_column).alias("key"), value.alias("value")]
     if timestamp_column:
         columns.append(_as_timestamp(df, timestamp_column).alias("timestamp"))
     before = _partition_state(output, topic, partitions) if not overwrite else {p: (0, 0) for p in range(partitions)}
-    writer = (
-        df.select(*columns).write.format("logsegments").mode("overwrite" if overwrite else "append")
-        .option("topic", topic).option("partitions", partitions).option("compression", compression)
-        .option("recordsPerBatch", records_per_batch)
+    log_dir = os.path.abspath(output)  # the tasks' working directory need not be ours
+    created = missing_dirs(log_dir)  # the tasks' staging creates them; a failure removes them again
+    task = StageTask(
+        log_dir=log_dir, job_id=new_job_id(), partitions=partitions, compression=fmt.COMPRESSION_IDS[compression.lower()],
+        records_per_batch=records_per_batch, batch_bytes=_BATCH_BYTES, write_time_ms=int(time.time() * 1000),
+        drop_null_keys=null_keys == "drop",
     )
-    if segment_bytes is not None:
-        writer = writer.option("segment.bytes", segment_bytes)
-    started = time.perf_counter()
-    writer.save(os.path.abspath(output))  # the tasks' working directory need not be ours
+    warm_up.wait_for_workers()  # its workers are idle again, and the job's tasks reuse them
+    timings: dict[str, float] = {"plan": time.perf_counter() - started}
+    try:
+        submitted = time.time()
+        reports = [json.loads(row[0]) for row in df.select(*columns).mapInArrow(task, _REPORT_SCHEMA).collect()]
+        job_done = time.time()
+        rows = sum(r["rows"] for r in reports)
+        null_rows = sum(r["null_keys"] for r in reports)
+        if null_rows and null_keys == "error":
+            raise NullKeyError(path=source, column=key_column, null_rows=null_rows, rows=rows)
+        pieces = [StagedPiece(**piece) for r in reports for piece in r["pieces"]]
+        try:
+            commit_job(log_dir, task.job_id, topic, partitions, pieces, overwrite=overwrite, config=config)
+        except (SegmentError, OSError, ValueError) as exc:
+            message = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+            raise IngestError(f"the commit failed: {message}", path=source) from None
+    except BaseException:
+        abort_job(log_dir, task.job_id, created_dirs=created)
+        raise
+    timings.update(_job_timings(reports, submitted, job_done))
+    timings["commit"] = time.time() - job_done
     result = IngestResult(topic, partitions, write_s=time.perf_counter() - started, rows_read=rows,
-                          null_key_rows_dropped=null_rows)
+                          null_key_rows_dropped=null_rows, timings_s=timings)
     after = _partition_state(output, topic, partitions)
     for p in range(partitions):
         result.records[p] = after[p][0] - before[p][0]
         result.bytes[p] = after[p][1] - before[p][1]
     return result
+
+
+def _job_timings(reports: list[dict], submitted: float, done: float) -> dict[str, float]:
+    """The job's parts, one after another, from the tasks' reports (epoch seconds): until a task first ran our
+    code (Python worker started, this module unpickled and imported), until a task first had the compiled
+    kernels loaded, the rows (until the last task was done), and what Spark took after the last task."""
+    if not reports:
+        return {"job": done - submitted}
+    first_called = min(r["called"] for r in reports)
+    first_ready = max(first_called, min(r["kernels_ready"] for r in reports))
+    last_done = max(first_ready, max(r["done"] for r in reports))
+    return {
+        "worker_start": max(0.0, first_called - submitted),
+        "kernels": first_ready - first_called,
+        "rows": last_done - first_ready,
+        "job_end": max(0.0, done - last_done),
+    }
+
+
+class _WarmUp:
+    """What the first job of a session would otherwise wait for, started on threads of this process while
+    Spark reads the source's schema: a job of one tiny task per core (`defaultParallelism`) that starts the
+    Python workers and loads the encoder's kernels in them (workers are reused, `spark.python.worker.reuse`,
+    so the ingest's tasks find them ready), and here the scan kernels the commit checks the pieces with. A
+    failure of either is left to the real job to meet and report."""
+
+    def __init__(self, spark) -> None:
+        self._workers = threading.Thread(target=self._start_workers, args=(spark,), name="ingest-warm-workers",
+                                         daemon=True)
+        self._workers.start()
+        threading.Thread(target=self._load_commit_kernels, name="ingest-warm-commit", daemon=True).start()
+
+    @staticmethod
+    def _start_workers(spark) -> None:
+        try:
+            cores = max(1, spark.sparkContext.defaultParallelism)
+            # a DataFrame job, as the ingest's: Spark keeps the Python workers of SQL functions apart from an RDD's
+            spark.range(cores, numPartitions=cores).mapInArrow(_warm_worker, _REPORT_SCHEMA).collect()
+        except BaseException as exc:  # noqa: BLE001 (a thread's end: the ingest's own job reports real failures)
+            log.debug("warming the Python workers failed error=%s", exc)
+
+    @staticmethod
+    def _load_commit_kernels() -> None:
+        try:
+            from ..codec.scan import warm_up
+
+            warm_up()
+        except BaseException as exc:  # noqa: BLE001
+            log.debug("loading the scan kernels failed error=%s", exc)
+
+    def wait_for_workers(self) -> None:
+        self._workers.join()
+
+
+def _warm_worker(batches: Iterator) -> Iterator:
+    import pyarrow as pa
+
+    _load_kernels()
+    for _ in batches:
+        pass
+    # one row: a Python worker whose task returned no batch at all is not reused (pyspark 4.3)
+    yield pa.RecordBatch.from_pydict({"report": [""]})
+
+
+_REPORT_SCHEMA = "report string"
+_ENCODE_ROWS = 65536  # rows gathered from Spark's Arrow batches before one encode call
+_BATCH_BYTES = 1024 * 1024 - fmt.RECORD_BATCH_OVERHEAD
+_kernels_loaded = False  # per Python worker process: `_load_kernels` has run
+
+
+def _load_kernels() -> None:
+    """Import the encoder and call each kernel once on one row, so numba loads its compiled code now."""
+    global _kernels_loaded
+    if _kernels_loaded:
+        return
+    import numpy as np
+    import pyarrow as pa
+
+    from .arrow_records import BatchEncoder, binary_parts
+    from .partitioner import partitions_for_spans
+
+    keys = pa.array([b"k"], pa.binary())
+    _, offsets, data = binary_parts(keys)
+    parts = partitions_for_spans(data, offsets[:-1], np.diff(offsets), 1)
+    BatchEncoder().encode(keys, pa.array([b"v"], pa.binary()), np.zeros(1, dtype=np.int64), parts)
+    _kernels_loaded = True
+
+
+@dataclass(frozen=True)
+class StageTask:
+    """What each Spark task of an ingest runs (`mapInArrow`): its rows (Arrow batches of `key`, `value` and an
+    optional `timestamp`) → staged pieces, one per partition it has rows for; yields one report row (JSON:
+    pieces, rows, null keys, timings). A row with a null key is dropped with `drop_null_keys`; otherwise the
+    first one stops the staging (the driver refuses the job) and the rest of the input is only counted."""
+
+    log_dir: str
+    job_id: str
+    partitions: int
+    compression: int
+    records_per_batch: int
+    batch_bytes: int
+    write_time_ms: int
+    drop_null_keys: bool
+
+    def __call__(self, batches: Iterator) -> Iterator:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        called = time.time()
+        _load_kernels()
+        kernels_ready = time.time()
+        from .arrow_records import BatchEncoder
+
+        context = TaskContext.get()
+        task = context.partitionId() if context else 0
+        attempt = context.attemptNumber() if context else 0
+        encoder = BatchEncoder(compression=self.compression, records_per_batch=self.records_per_batch,
+                               batch_bytes=self.batch_bytes)
+        writer: PieceWriter | None = PieceWriter(self.log_dir, self.job_id, task, attempt)
+        rows = null_keys = pending_rows = 0
+        pending: list = []
+        try:
+            for batch in batches:
+                rows += batch.num_rows
+                nulls = batch.column(0).null_count
+                if nulls:
+                    null_keys += nulls
+                    if not self.drop_null_keys:
+                        if writer is not None:
+                            writer.close()
+                            writer, pending = None, []
+                        continue
+                    batch = batch.filter(batch.column(0).is_valid())
+                if writer is None or not batch.num_rows:
+                    continue
+                pending.append(batch)
+                pending_rows += batch.num_rows
+                if pending_rows >= _ENCODE_ROWS:
+                    self._stage(pa.Table.from_batches(pending), encoder, writer)
+                    pending, pending_rows = [], 0
+            if writer is not None and pending:
+                self._stage(pa.Table.from_batches(pending), encoder, writer)
+            pieces = writer.finish() if writer is not None else []
+        finally:
+            if writer is not None:
+                writer.close()
+        report = {"pieces": [_piece_dict(piece) for piece in pieces], "rows": rows, "null_keys": null_keys,
+                  "called": called, "kernels_ready": kernels_ready, "done": time.time()}
+        yield pa.RecordBatch.from_pydict({"report": [json.dumps(report)]})
+
+    def _stage(self, table, encoder, writer: PieceWriter) -> None:
+        import numpy as np
+
+        from .arrow_records import binary_column, binary_parts, timestamps_ms
+        from .partitioner import partitions_for_spans
+
+        keys = binary_column(table.column("key"), "key")
+        values = binary_column(table.column("value"), "value")
+        _, offsets, data = binary_parts(keys)
+        parts = partitions_for_spans(data, offsets[:-1], np.diff(offsets), self.partitions)
+        timestamps = timestamps_ms(table.column("timestamp") if "timestamp" in table.column_names else None,
+                                   table.num_rows, self.write_time_ms)
+        encoded = encoder.encode(keys, values, timestamps, parts)
+        writer.append(encoded.data, encoded.records)
+
+
+def _piece_dict(piece: StagedPiece) -> dict:
+    return {"partition": piece.partition, "path": piece.path, "records": piece.records, "bytes": piece.bytes,
+            "task": piece.task, "attempt": piece.attempt}

@@ -89,6 +89,29 @@ def test_parquet_ingest_puts_every_row_in_kafkas_partition_in_input_order(spark,
     )
 
 
+def test_ingest_counts_null_keys_in_every_task_and_refuses_or_drops_them(spark, tmp_path):
+    from segments.spark.ingest import NullKeyError, ingest
+
+    keys = [None if i % 250 == 249 else f"k{i % 31}" for i in range(2000)]  # 8 null keys, in every row group
+    pq.write_table(pa.table({"k": keys, "n": list(range(2000))}), tmp_path / "in.parquet", row_group_size=500)
+    out = tmp_path / "new" / "logs"
+    with pytest.raises(NullKeyError, match="8 of 2000 rows have a null key column 'k'; nothing was written"):
+        ingest(spark, str(tmp_path / "in.parquet"), topic="t", partitions=3, key_column="k", value_format="json",
+               output=str(out))
+    assert not (tmp_path / "new").exists()  # the staged pieces and the directories the job made are gone
+
+    result = ingest(spark, str(tmp_path / "in.parquet"), topic="t", partitions=3, key_column="k", value_format="json",
+                    output=str(out), null_keys="drop")
+    assert (result.rows_read, result.null_key_rows_dropped, result.total_records) == (2000, 8, 1992)
+    for p in range(3):
+        expected = [(k.encode(), {"k": k, "n": i}) for i, k in enumerate(keys)
+                    if k is not None and kafka_partition(k.encode(), 3) == p]
+        assert [(k, json.loads(v)) for _, k, v, _, _ in _records(out / f"t-{p}")] == expected
+    parts = result.timings_s  # the run's parts, each inside the ingest's wall time
+    assert {"plan", "worker_start", "kernels", "rows", "job_end", "commit"} <= set(parts)
+    assert all(s >= 0 for s in parts.values()) and sum(parts.values()) <= result.write_s + 0.05
+
+
 def test_data_source_round_trip_of_headers_nulls_and_timestamps_across_tasks(spark, tmp_path):
     from pyspark.sql import Row
 
