@@ -550,10 +550,10 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
             click.echo(_describe(summary, show_policy=dry_run), err=summary["status"] == "failed")
 
     if use_spark:
-        _clean_on_spark(plan, loaded.settings.cleaner, master=master or DEFAULT_SPARK_MASTER,
-                        spark_conf=spark_settings, spark_log=spark_log,
-                        now_ms=clock, forced_from=from_offset, forced_to=to_offset, dry_run=dry_run, once=once,
-                        report=report, as_json=as_json)
+        if plan:  # else only refused paths, reported above: no Spark to start
+            _clean_on_spark(plan, loaded.settings.cleaner, master=master or DEFAULT_SPARK_MASTER,
+                            spark_conf=spark_settings, spark_log=spark_log, now_ms=clock, forced_from=from_offset,
+                            forced_to=to_offset, dry_run=dry_run, once=once, report=report, as_json=as_json)
         sys.exit(1 if failed else 0)
     total = sum(sum(f.lstat().st_size for f in p.glob("*.log")) for p in partitions)  # lstat: links are not followed
     show_bar = sys.stderr.isatty() and not as_json and total > 64 * 1024 * 1024

@@ -101,7 +101,7 @@ class StandaloneCluster:
     def alive_workers(self) -> int:
         try:
             return sum(1 for w in self.state().get("workers", []) if w.get("state") == "ALIVE")
-        except OSError:
+        except (OSError, ValueError):  # not listening yet, or its web UI not yet serving the JSON
             return 0
 
     def pids_of(self, name: str) -> list[int]:
