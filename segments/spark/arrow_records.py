@@ -287,7 +287,8 @@ class BatchEncoder:
 
     def encode(self, keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray, partitions: np.ndarray, *,
                headers: pa.Array | None = None) -> EncodedBatches:
-        """Encode rows (`partitions[i]` ≥ 0 is row i's partition); offsets count from 0 per partition in each call.
+        """Encode rows (`partitions[i]` ≥ 0 is row i's partition, -1 leaves the row out); offsets count from 0 per
+        partition in each call.
 
         Keys and values are binary arrays (nulls allowed), `headers` a list<struct<key: string, value: binary>>
         array or None. Uncompressed, `data[p]` is a memoryview of the encoder's buffer, valid until the next call.
@@ -302,8 +303,14 @@ class BatchEncoder:
         h_list, hk_off, hk_data, hv_valid, hv_off, hv_data = _header_parts(headers, n)
         order = np.argsort(partitions, kind="stable").astype(np.int64)
         part = np.ascontiguousarray(partitions[order], dtype=np.int64)
-        if part[0] < 0:
-            raise ValueError(f"partition numbers must be at least 0, got {int(part[0])}")
+        if part[0] < -1:
+            raise ValueError(f"partition numbers must be at least 0 (or -1: left out), got {int(part[0])}")
+        if part[0] == -1:  # rows left out (a null key, say): they sort first
+            kept = int(np.searchsorted(part, 0))
+            if kept == n:
+                return EncodedBatches({}, {})
+            order, part = order[kept:], part[kept:]
+            n = order.size
         n_headers = int(h_list[-1] - h_list[0])
         payload = (int(k_off[-1] - k_off[0]) + int(v_off[-1] - v_off[0]) + int(hk_off[-1] - hk_off[0])
                    + int(hv_off[-1] - hv_off[0]))

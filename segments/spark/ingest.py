@@ -35,6 +35,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -416,13 +417,19 @@ class _WarmUp:
     """What the first job of a session would otherwise wait for, started on threads of this process while
     Spark reads the source's schema: a job of one tiny task per core (`defaultParallelism`) that starts the
     Python workers and loads the encoder's kernels in them (workers are reused, `spark.python.worker.reuse`,
-    so the ingest's tasks find them ready), and here the scan kernels the commit checks the pieces with. A
-    failure of either is left to the real job to meet and report."""
+    so the ingest's tasks find them ready; once per SparkContext), and here the scan kernels the commit checks
+    the pieces with. A failure of either is left to the real job to meet and report."""
+
+    _warmed: weakref.WeakSet = weakref.WeakSet()  # the SparkContexts whose workers an ingest has warmed
 
     def __init__(self, spark) -> None:
-        self._workers = threading.Thread(target=self._start_workers, args=(spark,), name="ingest-warm-workers",
-                                         daemon=True)
-        self._workers.start()
+        self._workers: threading.Thread | None = None
+        context = spark.sparkContext
+        if context not in self._warmed:  # later ingests of the session find the workers of the first
+            self._warmed.add(context)
+            self._workers = threading.Thread(target=self._start_workers, args=(spark,), name="ingest-warm-workers",
+                                             daemon=True)
+            self._workers.start()
         threading.Thread(target=self._load_commit_kernels, name="ingest-warm-commit", daemon=True).start()
 
     @staticmethod
@@ -444,7 +451,8 @@ class _WarmUp:
             log.debug("loading the scan kernels failed error=%s", exc)
 
     def wait_for_workers(self) -> None:
-        self._workers.join()
+        if self._workers is not None:
+            self._workers.join()
 
 
 def _warm_worker(batches: Iterator) -> Iterator:
@@ -518,15 +526,12 @@ class StageTask:
             for batch in batches:
                 rows += batch.num_rows
                 nulls = batch.column(0).null_count
-                if nulls:
+                if nulls:  # dropped: left out by the encoder, see _stage
                     null_keys += nulls
-                    if not self.drop_null_keys:
-                        if writer is not None:
-                            writer.close()
-                            writer, pending = None, []
-                        continue
-                    batch = batch.filter(batch.column(0).is_valid())
-                if writer is None or not batch.num_rows:
+                    if not self.drop_null_keys and writer is not None:
+                        writer.close()
+                        writer, pending = None, []
+                if writer is None:
                     continue
                 pending.append(batch)
                 pending_rows += batch.num_rows
@@ -551,8 +556,10 @@ class StageTask:
 
         keys = binary_column(table.column("key"), "key")
         values = binary_column(table.column("value"), "value")
-        _, offsets, data = binary_parts(keys)
+        valid, offsets, data = binary_parts(keys)
         parts = partitions_for_spans(data, offsets[:-1], np.diff(offsets), self.partitions)
+        if keys.null_count:
+            parts[~valid] = -1  # a null key: the row is left out (the task counted it)
         timestamps = timestamps_ms(table.column("timestamp") if "timestamp" in table.column_names else None,
                                    table.num_rows, self.write_time_ms)
         encoded = encoder.encode(keys, values, timestamps, parts)

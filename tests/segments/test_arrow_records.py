@@ -105,7 +105,10 @@ def test_an_encoder_reused_across_calls_gives_each_call_its_own_batches():
     assert first == encode_table(*_columns(big)[:3], _columns(big)[4], headers=_columns(big)[3], records_per_batch=5).data
     assert second.records == {1: 7}
     with pytest.raises(ValueError, match="at least 0"):
-        encoder.encode(pa.array([b"k"]), pa.array([b"v"]), np.array([TS0]), np.array([-1], np.int32))
+        encoder.encode(pa.array([b"k"]), pa.array([b"v"]), np.array([TS0]), np.array([-2], np.int32))
+    left_out = encoder.encode(*_columns(small)[:3], np.array([1, -1, 1, -1, -1, 1, 1], np.int32))
+    assert [r.key for _, b in iter_batches(left_out.data[1]) for r in b.records] == [b"s0", b"s2", b"s5", b"s6"]
+    assert encoder.encode(*_columns(small)[:3], np.full(7, -1, np.int32)).data == {}
 
 
 def test_batches_are_cut_at_the_byte_limit_but_never_empty():
