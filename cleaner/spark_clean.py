@@ -9,7 +9,8 @@ partition's own locks and the swap protocol, on each partition it is given, and 
   each partition's dirty section from a listing, `lstat`s and its log dir's cleaner checkpoint, reading no
   segment (`cleaner.oneshot.dirty_section_sizes`);
 * gives each task its partitions (`plan_tasks`): a large one alone, small ones packed together, the largest
-  first, so that the tasks scheduled last are the short ones;
+  first, so that the tasks scheduled last are the short ones; a task carries only their paths and policies, the
+  log dirs' settings (with their clusters' topic configs) go to each executor once, as a broadcast;
 * checks, at submit time, that an executor can give each running task the memory it needs
   (`check_executor_memory`): a task is one cleaner thread, with an offset map of the whole
   `log.cleaner.dedupe.buffer.size` (`log.cleaner.threads` is refused with --spark), plus `TASK_BASE_BYTES` for
@@ -60,7 +61,7 @@ from .oneshot import (
     refused_summary,
 )
 from .policy import TopicPolicy
-from .settings import CleanerSettings, Settings
+from .settings import CleanerSettings
 
 __all__ = [
     "RESULT_FIELDS", "TASK_BASE_BYTES", "SparkCleanJobError", "SparkCleanResult", "SparkCleanUsageError",
@@ -240,19 +241,21 @@ def _task_cleaner(cleaner: CleanerSettings) -> CleanerSettings:
 
 @dataclass(frozen=True, slots=True)
 class _TaskItem:
-    """One partition of a task: its index in the plan, its absolute path, its log dir's settings, its policy."""
+    """One partition of a task: its index in the plan, its absolute path, its log dir as the plan names it (the key
+    of its settings in the broadcast: a log dir's settings hold its cluster's topic configs, sent once to each
+    executor rather than with every task), its policy."""
 
     index: int
     directory: str
-    settings: Settings
+    log_dir: str
     policy: TopicPolicy
 
 
-def _clean_task(items: list[_TaskItem], *, cleaner: CleanerSettings, now_ms: int, forced_from: int | None,
+def _clean_task(items: list[_TaskItem], *, settings, cleaner: CleanerSettings, now_ms: int, forced_from: int | None,
                 forced_to: int | None, dry_run: bool, once: bool) -> Iterator[tuple[int, str]]:
-    """What a task runs, in its executor's Python worker: each partition cleaned in turn by `clean_partition`,
-    with one offset map and one read budget (`log.cleaner.io.max.bytes.per.second`) for the task; yields (plan
-    index, the summary as JSON)."""
+    """What a task runs, in its executor's Python worker: each partition cleaned in turn by `clean_partition`
+    with its log dir's settings (`settings`: a Spark broadcast of them by log dir), one offset map and one
+    read budget (`log.cleaner.io.max.bytes.per.second`) for the task; yields (plan index, the summary as JSON)."""
     from segments.files.fileio import BackgroundRemover
 
     from .throttle import DeviceThrottles
@@ -272,7 +275,7 @@ def _clean_task(items: list[_TaskItem], *, cleaner: CleanerSettings, now_ms: int
                 if offset_map is None and item.policy.policy is not None and "compact" in item.policy.policy:
                     offset_map = launch.thread_offset_map(task_cleaner)
                 outcome = clean_partition(
-                    directory, item.settings, now_ms=now_ms, policy=item.policy, offset_map=offset_map,
+                    directory, settings.value[item.log_dir], now_ms=now_ms, policy=item.policy, offset_map=offset_map,
                     forced_from=forced_from, forced_to=forced_to, dry_run=dry_run, once=once,
                     throttle=throttles.for_path(directory.parent), remover=remover,
                 )
@@ -301,9 +304,10 @@ def clean_planned_on_spark(spark, plan: list[PlannedPartition], cleaner: Cleaner
         return SparkCleanResult([], 0, 0.0)
     started = time.perf_counter()
     groups = plan_tasks(dirty_section_sizes(plan), sc.defaultParallelism)
-    payload = [[_TaskItem(i, str(plan[i].directory.absolute()), plan[i].view.settings, plan[i].policy)
+    settings = sc.broadcast({planned.view.log_dir: planned.view.settings for planned in plan})
+    payload = [[_TaskItem(i, str(plan[i].directory.absolute()), plan[i].view.log_dir, plan[i].policy)
                 for i in group] for group in groups]
-    task = functools.partial(_clean_task, cleaner=cleaner, now_ms=now_ms, forced_from=forced_from,
+    task = functools.partial(_clean_task, settings=settings, cleaner=cleaner, now_ms=now_ms, forced_from=forced_from,
                              forced_to=forced_to, dry_run=dry_run, once=once)
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
@@ -319,6 +323,7 @@ def clean_planned_on_spark(spark, plan: list[PlannedPartition], cleaner: Cleaner
     finally:
         with contextlib.suppress(PySparkException, Py4JError):  # a session stopped under us
             sc.setJobDescription(None)
+            settings.destroy()
     summaries = []
     for i, planned in enumerate(plan):
         if i not in results:
