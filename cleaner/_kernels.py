@@ -3,7 +3,8 @@
 Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), `select_keys` (the
 records of a window the index phase inserts), the recopy's decisions over a window (`decide_window`: the
 actions and the keep mask; `window_horizons`: delete horizons and the window's counters;
-`producer_last_batches`: the batches holding their producer's last data), and the recopy
+`producer_last_batches`: the batches holding their producer's last data; `marker_runs`: the transactions a
+window's markers end), and the recopy
 phase's `assemble_batches` (verbatim copies, empty headers, uncompressed and lz4 v2 rebuilds of one window),
 `copy_records` and `rebase_records` (copying kept v2 records into a new records region, rewriting each
 record's timestamp delta when a rebuilt batch gets a new base timestamp: the first kept record's, or the delete
@@ -25,8 +26,8 @@ from segments.codec._header_kernels import write_v2_header
 from segments.codec._lz4_kernels import compress_frame, frame_bound
 
 __all__ = [
-    "assemble_batches", "copy_records", "decide_window", "mark_offsets", "offsets_marked", "producer_last_batches",
-    "rebase_records", "select_keys", "window_horizons",
+    "assemble_batches", "copy_records", "decide_window", "mark_offsets", "marker_runs", "offsets_marked",
+    "producer_last_batches", "rebase_records", "select_keys", "window_horizons",
 ]
 
 
@@ -544,3 +545,40 @@ def producer_last_batches(producer_id, magic, attributes, last_offset, table_pro
             out[i] = last_offset[i] == last_data
         else:
             out[i] = _is_control(magic[i], attributes[i]) and last_offset[i] == table_last_entry[row]
+
+
+@numba.njit(cache=True, nogil=True)
+def marker_runs(producer_id, marker, written, out, pids, first, before, after):
+    """The transactions a window's markers end, per producer, in one walk over its batches in order: a
+    producer's COMMIT/ABORT `marker` ends the run of its `written` (transactional data) batches since its previous
+    marker. For every marker after the producer's first in the window, out[i] = no batch of its run was written;
+    the first one's answer needs the batches written before the window, so the caller gives it. Writes, per
+    producer the window involves, in order of first appearance: its id (`pids`), its first marker's index or -1
+    (`first`), the batches written before that marker (`before`), and after its last marker or, with none, in
+    the whole window (`after`). Returns how many producers."""
+    slot = dict()
+    count = 0
+    for i in range(producer_id.size):
+        if not (marker[i] or written[i]):
+            continue
+        pid = producer_id[i]
+        if pid in slot:
+            s = slot[pid]
+        else:
+            s = count
+            slot[pid] = s
+            pids[s] = pid
+            first[s] = -1
+            before[s] = 0
+            after[s] = 0
+            count += 1
+        if written[i]:
+            after[s] += 1
+        else:  # a marker: the run since the previous one ends here
+            if first[s] < 0:
+                first[s] = i
+                before[s] = after[s]
+            else:
+                out[i] = after[s] == 0
+            after[s] = 0
+    return count

@@ -275,7 +275,8 @@ def _markers_discardable(result, ctx: RecopyContext, data_written: np.ndarray) -
     no data batch in this pass (`data_written`: the window's data batches written, records or an empty
     header), counted from the producer's previous marker across windows and groups in
     `ctx.txn_data_written`, which this advances; without it (a partial round), when the survey finds no data
-    batch of the transaction in the whole log. Other control records never. numpy per producer.
+    batch of the transaction in the whole log. Other control records never. One compiled walk over the window
+    (`_kernels.marker_runs`), then Python per producer it involves.
     """
     out = result.is_control & (result.records_count == 0)
     control = np.flatnonzero(result.is_control & (result.records_count != 0))
@@ -287,19 +288,18 @@ def _markers_discardable(result, ctx: RecopyContext, data_written: np.ndarray) -
     if written_so_far is None:
         out[control] = discardable
         return out
-    markers = control[is_marker]
-    written = np.flatnonzero(data_written & result.is_transactional & (pids >= 0))
-    for pid in np.unique(np.concatenate((pids[markers], pids[written]))).tolist():
-        mine = written[pids[written] == pid]  # its transactional batches written in this window
-        ends = markers[pids[markers] == pid]
-        if not len(ends):
-            written_so_far[pid] = written_so_far.get(pid, 0) + len(mine)
-            continue
-        before = np.searchsorted(mine, ends)  # written before each of its markers
-        counts = np.diff(before, prepend=0)
-        counts[0] += written_so_far.get(pid, 0)
-        out[ends] = counts == 0
-        written_so_far[pid] = len(mine) - int(before[-1])  # the transaction the window leaves open
+    n = result.n_batches
+    marker = np.zeros(n, dtype=np.bool_)
+    marker[control[is_marker]] = True
+    producers = np.empty((4, n), dtype=np.int64)  # per producer: id, first marker, written before it, after the last
+    count = _kern().marker_runs(pids, marker, data_written & result.is_transactional & (pids >= 0), out, *producers)
+    for pid, first, before, after in sorted(zip(*(row[:count].tolist() for row in producers))):
+        carried = written_so_far.get(pid, 0)
+        if first >= 0:
+            out[first] = carried + before == 0
+            written_so_far[pid] = after  # the transaction the window leaves open
+        else:
+            written_so_far[pid] = carried + after
     return out
 
 

@@ -57,6 +57,12 @@ _LEGACY_CRC_START = fmt.LEGACY_MAGIC_OFFSET  # CRC-32 covers [magic, end)
 # The per-record arrays (`_empty_records`) and the batch columns' blocks (`_batch_columns`), as kernels take them.
 _Records = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# `_result` unpacks the blocks' rows in this order (the kernels' C64_*, C32_*, C16_*, F_* constants).
+assert (k.C64_POSITION, k.C64_SIZE, k.C64_BASE_OFFSET, k.C64_LAST_OFFSET, k.C64_BASE_TIMESTAMP, k.C64_MAX_TIMESTAMP,
+        k.C64_DELETE_HORIZON, k.C64_PRODUCER_ID, k.C64_RECORDS_POS, k.C64_RECORDS_BYTES, k.C64_ROWS) == tuple(range(11))
+assert (k.C32_LEADER_EPOCH, k.C32_BASE_SEQUENCE, k.C32_RECORDS_COUNT, k.C32_ROWS) == tuple(range(4))
+assert (k.C16_ATTRIBUTES, k.C16_PRODUCER_EPOCH, k.C16_ROWS) == tuple(range(3))
+assert (k.F_CONTROL, k.F_TRANSACTIONAL, k.F_DELETE_HORIZON, k.F_LEGACY, k.F_ROWS) == tuple(range(5))
 
 
 class KeySpans(NamedTuple):
@@ -353,9 +359,8 @@ def scan(
                              info, rows, record_start, *full, *columns, scalars)
     if status == k.W_STEPWISE or (scalars[k.WS_LEGACY] and _first_bad_crc(buf, hdr[:n], legacy_only=True) is not None):
         return _scan_steps(*args)
-    stop = int(info[k.INFO_STOP])
-    torn_tail = bool(info[k.INFO_TORN])
-    torn_batch_bytes = int(info[k.INFO_TORN_BYTES])
+    facts = info.tolist()
+    stop, torn_tail, torn_batch_bytes = facts[k.INFO_STOP], bool(facts[k.INFO_TORN]), facts[k.INFO_TORN_BYTES]
     arena = _EMPTY_U8
     if status == k.W_ARENA:
         lz4k = _lz4_kernels()
@@ -370,7 +375,7 @@ def scan(
                                   *columns, scalars)
         if status == k.W_STEPWISE:
             return _scan_steps(*args)
-    limit, n_records, limit_reached = (int(x) for x in scalars[: k.WS_LIMIT_REACHED + 1])
+    limit, n_records, limit_reached = scalars[: k.WS_LIMIT_REACHED + 1].tolist()
     records: tuple[np.ndarray, ...]
     if headers_only:
         record_start, records = _NO_RECORD_START, _NO_RECORDS
@@ -380,7 +385,7 @@ def scan(
             return _scan_steps(*args)
         k.fill_columns(hdr, limit, base_position, headers_only, *columns)
     else:
-        records = tuple(a[:n_records] for a in full)
+        records = tuple([a[:n_records] for a in full])
     if not headers_only and limit < n:
         record_start = record_start[: limit + 1]
     if limit < n:  # a resource limit ended the scan early
@@ -531,6 +536,16 @@ def _result(args, arena, stop, torn_tail, torn_batch_bytes, limit_reached, colum
     i64, i32, i16, magic, crc_, in_arena, compression, flags = columns
     compression.flags.writeable = False  # derived: a consumer changing them would change what others read
     flags.flags.writeable = False
+    if limit < len(magic):
+        i64, i32, i16, magic, crc_, in_arena, compression, flags = (
+            i64[:, :limit], i32[:, :limit], i16[:, :limit], magic[:limit], crc_[:limit], in_arena[:limit],
+            compression[:limit], flags[:, :limit])
+    # A block's rows as views (`list` of a 2-D array: one call); each row is contiguous.
+    (position, size, base_offset, last_offset, base_timestamp, max_timestamp, delete_horizon, producer_id, records_pos,
+     records_bytes) = list(i64)
+    leader_epoch, base_sequence, records_count = list(i32)
+    attributes, producer_epoch = list(i16)
+    control, transactional, has_horizon, legacy = list(flags)
     return ScanResult(
         buffer=buf,
         arena=arena,
@@ -541,30 +556,30 @@ def _result(args, arena, stop, torn_tail, torn_batch_bytes, limit_reached, colum
         torn_batch_bytes=torn_batch_bytes,
         limit_reached=limit_reached,
         headers_only=headers_only,
-        batch_position=i64[k.C64_POSITION, :limit],
-        batch_size=i64[k.C64_SIZE, :limit],
-        magic=magic[:limit],
-        attributes=i16[k.C16_ATTRIBUTES, :limit],
-        partition_leader_epoch=i32[k.C32_LEADER_EPOCH, :limit],
-        crc=crc_[:limit],
-        base_offset=i64[k.C64_BASE_OFFSET, :limit],
-        last_offset=i64[k.C64_LAST_OFFSET, :limit],
-        base_timestamp=i64[k.C64_BASE_TIMESTAMP, :limit],
-        max_timestamp=i64[k.C64_MAX_TIMESTAMP, :limit],
-        delete_horizon_ms=i64[k.C64_DELETE_HORIZON, :limit],
-        producer_id=i64[k.C64_PRODUCER_ID, :limit],
-        producer_epoch=i16[k.C16_PRODUCER_EPOCH, :limit],
-        base_sequence=i32[k.C32_BASE_SEQUENCE, :limit],
-        records_count=i32[k.C32_RECORDS_COUNT, :limit],
+        batch_position=position,
+        batch_size=size,
+        magic=magic,
+        attributes=attributes,
+        partition_leader_epoch=leader_epoch,
+        crc=crc_,
+        base_offset=base_offset,
+        last_offset=last_offset,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        delete_horizon_ms=delete_horizon,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records_count=records_count,
         record_start=record_start,
-        records_in_arena=in_arena[:limit],
-        records_pos=i64[k.C64_RECORDS_POS, :limit],
-        records_bytes=i64[k.C64_RECORDS_BYTES, :limit],
-        compression=compression[:limit],
-        is_control=flags[k.F_CONTROL, :limit],
-        is_transactional=flags[k.F_TRANSACTIONAL, :limit],
-        has_delete_horizon=flags[k.F_DELETE_HORIZON, :limit],
-        is_legacy=flags[k.F_LEGACY, :limit],
+        records_in_arena=in_arena,
+        records_pos=records_pos,
+        records_bytes=records_bytes,
+        compression=compression,
+        is_control=control,
+        is_transactional=transactional,
+        has_delete_horizon=has_horizon,
+        is_legacy=legacy,
         offset=records[0],
         timestamp=records[1],
         key_pos=records[2],
