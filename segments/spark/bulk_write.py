@@ -42,6 +42,7 @@ from ..partition.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    cached_offset_checkpoint,
 )
 from ..partition.locks import CLEANER_LOCK, WRITER_LOCK, LogDirLock, PartitionLock
 from ..partition.log import (
@@ -272,10 +273,14 @@ def _move_into_place(built: Path, target: Path, trash: Path) -> None:
 
 
 def _reset_checkpoints(log_dir: Path, topic: str, partition: int, recovery_point: int | None) -> None:
+    """Remove the partition's entries from the checkpoints of its old contents and set its recovery point. An
+    entry that is not there is not removed: each update rewrites and fsyncs its file, and a new topic has none."""
     key = (topic, partition)
     for name in (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT):
-        update_log_dir_checkpoint(log_dir, name, key, None)
-    update_log_dir_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT, key, recovery_point)
+        if key in cached_offset_checkpoint(log_dir / name)[0]:
+            update_log_dir_checkpoint(log_dir, name, key, None)
+    if recovery_point is not None or key in cached_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)[0]:
+        update_log_dir_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT, key, recovery_point)
 
 
 def _append_partition(plog: PartitionLog, pieces: Sequence[StagedPiece]) -> tuple[int, int]:

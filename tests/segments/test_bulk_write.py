@@ -107,6 +107,8 @@ def test_a_different_partition_count_is_refused_on_append(tmp_path):
 def test_overwrite_replaces_the_topic_and_resets_its_checkpoints(tmp_path):
     job = new_job_id()
     commit_job(tmp_path, job, "t", 3, _stage(tmp_path, job, 0, [(b"%d" % i, b"old") for i in range(9)], 3))
+    assert not (tmp_path / CLEANER_OFFSET_CHECKPOINT).exists()  # a new topic has no entry to remove
+    assert read_offset_checkpoint(tmp_path / RECOVERY_POINT_CHECKPOINT)[("t", 2)] == 3
     job = new_job_id()
     commit_job(tmp_path, job, "other", 1, _stage(tmp_path, job, 0, [(b"1", b"keep")], 1))
     update_log_dir_checkpoint(tmp_path, CLEANER_OFFSET_CHECKPOINT, ("t", 0), 3)
@@ -118,6 +120,7 @@ def test_overwrite_replaces_the_topic_and_resets_its_checkpoints(tmp_path):
     assert os.stat(tmp_path / "t-0").st_ino != old_inode
     assert _kv(tmp_path / "other-0") == [(b"1", b"keep")]
     assert ("t", 0) not in read_offset_checkpoint(tmp_path / CLEANER_OFFSET_CHECKPOINT)
+    assert ("t", 2) not in read_offset_checkpoint(tmp_path / RECOVERY_POINT_CHECKPOINT)  # the removed partition
     assert not verify_paths([tmp_path]).problems
 
 
