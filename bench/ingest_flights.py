@@ -25,12 +25,16 @@ reports: worker process start, imports, kernel loading, rows) they are printed, 
 of the code measured, a poller records when each kind of Python worker process (`pyspark.daemon <module>`)
 first appeared after the ingest started.
 
-`--digest` instead prints the sha256 of the output tree of one ingest per case with a fixed timestamp column
-(flights: `time_hour`; the others get one), so outputs of two versions of the code can be compared byte for
-byte. A benchmark measures; it never asserts a time. Inputs are generated under `--data-dir` (default
-bench/data/, kept between runs unless `--clean`).
+`--code DIR` (repeatable) measures the code of other checkouts of this repository (a `git worktree` of an older
+commit, say) with this script: the children run with DIR first on PYTHONPATH (Spark's workers inherit it) and
+their bytecode compiled once into a temporary PYTHONPYCACHEPREFIX, and the runs of each case alternate between
+the checkouts, so both see the machine's load alike. `--digest` instead prints the sha256 of the output tree of
+one ingest per case and checkout with a fixed timestamp column (flights: `time_hour`; the others get one), so
+the outputs of two versions can be compared byte for byte. A benchmark measures; it never asserts a time.
+Inputs are generated under `--data-dir` (default bench/data/, kept between runs unless `--clean`).
 
 Usage: python bench/ingest_flights.py [--cases tiny,flights,flights10,binary] [--runs 5] [--master local[2]]
+                                      [--code DIR ...] [--digest]
 """
 
 from __future__ import annotations
@@ -50,8 +54,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 CASES = ("tiny", "flights", "flights10", "binary")
 TINY_ROWS = 1000
@@ -101,11 +103,20 @@ def flights10_path(data_dir: Path, spark) -> Path:
 
 def binary_path(data_dir: Path, rows: int) -> Path:
     path = data_dir / f"binary-{rows}.parquet"
-    if not path.exists():
+    if not path.exists():  # made by the parent (make_inputs), which imports this checkout's bench/ingest_bench.py
+        sys.path.insert(0, str(ROOT / "bench"))
         from ingest_bench import make_input
 
         make_input(path, rows, keys=max(1, rows // 5))
     return path
+
+
+def make_inputs(cases: list[str], data_dir: Path, binary_rows: int) -> None:
+    """The inputs that need no Spark (flights10 is made by the first child that needs it)."""
+    if {"flights", "tiny", "flights10"} & set(cases):
+        tiny_path(data_dir)
+    if "binary" in cases:
+        binary_path(data_dir, binary_rows)
 
 
 def case_input(case: str, data_dir: Path, spark, binary_rows: int) -> tuple[Path, dict]:
@@ -277,23 +288,23 @@ def digest_child(case: str, master: str, data_dir: Path, binary_rows: int) -> di
 # ---- the parent: runs, medians, the table ------------------------------------------------------------------
 
 
-def child_env(pycache: Path) -> dict[str, str]:
-    """The children's environment: this checkout's code first on every Python path (the driver's and, through
-    the JVM, the Spark workers': a checkout other than the installed one measures its own code), and bytecode
-    compiled once into `pycache`, as an installed package has it, whatever PYTHONDONTWRITEBYTECODE says."""
+def child_env(code: Path, pycache: Path) -> dict[str, str]:
+    """A child's environment: the measured checkout's code first on every Python path (the driver's and,
+    through the JVM, the Spark workers'), and bytecode compiled once into `pycache` (one per checkout), as an
+    installed package has it, whatever PYTHONDONTWRITEBYTECODE says."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join([str(code)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONPYCACHEPREFIX"] = str(pycache)
     env["PYSPARK_PYTHON"] = sys.executable
     return env
 
 
-def child(case: str, args, mode: str) -> dict:
+def child(case: str, args, mode: str, code: Path) -> dict:
     cmd = [sys.executable, __file__, "--child", case, "--mode", mode, "--master", args.master,
            "--data-dir", str(args.data_dir), "--binary-rows", str(args.binary_rows)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=args.env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=code, env=args.envs[code])
     if proc.returncode != 0:
-        raise SystemExit(f"{case}: the child failed:\n{proc.stderr[-4000:]}")
+        raise SystemExit(f"{case} ({code}): the child failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -302,12 +313,12 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
     return fmt.format(med) + (f" ({fmt.format(min(values))}-{fmt.format(max(values))})" if len(values) > 1 else "")
 
 
-def report(case: str, runs: list[dict]) -> None:
+def report(case: str, code: Path, runs: list[dict]) -> None:
     rows = runs[0]["records"]
     payload = runs[0]["payload_bytes"]
     output = runs[0]["segment_bytes"]
-    print(f"\n### {case}: {rows:,} records, payload {payload / 1e6:.1f} MB, segments {output / 1e6:.1f} MB, "
-          f"{PARTITIONS[case]} partitions; {len(runs)} runs")
+    print(f"\n### {case}, code {code}: {rows:,} records, payload {payload / 1e6:.1f} MB, segments "
+          f"{output / 1e6:.1f} MB, {PARTITIONS[case]} partitions; {len(runs)} runs")
     print(f"\nSpark start-up (not in the rows below): {spread([r['startup_s'] for r in runs], '{:.1f}')} s\n")
     print("| job | wall s | rows/s | payload MB/s | output MB/s |")
     print("|---|---:|---:|---:|---:|")
@@ -340,12 +351,15 @@ def main() -> None:
     parser.add_argument("--binary-rows", type=int, default=10_000_000)
     parser.add_argument("--digest", action="store_true", help="print the sha256 of each case's output instead")
     parser.add_argument("--clean", action="store_true", help="remove the generated inputs afterwards")
+    parser.add_argument("--code", type=Path, action="append",
+                        help="a checkout whose code to measure (repeatable: the runs of each case alternate between "
+                             "them, so they share the machine's conditions); default this one")
     parser.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="run", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.data_dir = args.data_dir.resolve()
     args.data_dir.mkdir(parents=True, exist_ok=True)
-    if args.child:
+    if args.child:  # the measured checkout's code comes first on PYTHONPATH (child_env)
         fn = digest_child if args.mode == "digest" else run_child
         print(json.dumps(fn(args.child, args.master, args.data_dir, args.binary_rows)))
         return
@@ -353,20 +367,28 @@ def main() -> None:
     unknown = set(cases) - set(CASES)
     if unknown:
         parser.error(f"unknown cases {sorted(unknown)}; the cases are {', '.join(CASES)}")
-    print(f"# ingest at table speed (issue 20 §3): code {ROOT}; master {args.master}; {platform.python_implementation()} "
-          f"{platform.python_version()}, {os.cpu_count()} CPUs; load average before: "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    codes = [c.resolve() for c in (args.code or [ROOT])]
+    print(f"# ingest at table speed (issue 20 §3): code {', '.join(map(str, codes))}; master {args.master}; "
+          f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs; load average "
+          f"before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    make_inputs(cases, args.data_dir, args.binary_rows)
     pycache = tempfile.TemporaryDirectory(prefix="ingest-bench-pycache-")
-    args.env = child_env(Path(pycache.name))
+    args.envs = {code: child_env(code, Path(pycache.name) / str(i)) for i, code in enumerate(codes)}
     try:
         for case in cases:
             if args.digest:
-                found = child(case, args, "digest")
-                print(f"{case}: sha256 {found['digest']} ({found['files']} files)")
+                for code in codes:
+                    found = child(case, args, "digest", code)
+                    print(f"{case} ({code}): sha256 {found['digest']} ({found['files']} files)", flush=True)
                 continue
-            child(case, args, "run")  # untimed: inputs generated, page cache and bytecode caches warm
-            runs = [child(case, args, "run") for _ in range(args.runs)]
-            report(case, runs)
+            for code in codes:  # untimed: inputs made, page cache, bytecode and numba caches warm
+                child(case, args, "run", code)
+            runs: dict[Path, list[dict]] = {code: [] for code in codes}
+            for _ in range(args.runs):
+                for code in codes:
+                    runs[code].append(child(case, args, "run", code))
+            for code in codes:
+                report(case, code, runs[code])
             print(f"\nload average after {case}: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     finally:
         pycache.cleanup()
