@@ -7,11 +7,11 @@ pyspark installation on 127.0.0.1, every process stopped at the end. Its tests:
 * 16 partitions of mixed sizes — every codec, transactions committed and aborted, tombstones — cleaned by
   `clean --spark --master spark://...` are byte for byte the single-process clean's, every file of the log dir
   (segments, indexes, checkpoints), the per-partition JSON is the same, and both workers ran tasks;
-* alongside, `log.cleaner.dedupe.buffer.size` larger than an executor's Python memory is refused at submit
-  time, in one line naming the setting, nothing changed;
 * a worker SIGKILLed, with its executor and Python workers, while one of its tasks is writing a `.cleaned`
   segment: the job completes on the other worker, every partition holds the records the single-process clean
-  leaves, verifies, and no `.cleaned`, `.swap` or `.deleted` file is left (the retry recovered the swap).
+  leaves, verifies, and no `.cleaned`, `.swap` or `.deleted` file is left (the retry recovered the swap);
+* meanwhile, `log.cleaner.dedupe.buffer.size` larger than an executor's Python memory is refused at submit
+  time, in one line naming the setting, nothing changed.
 
 Local mode (a session in this process): `clean_partitions` returns the DataFrame of the same results, and
 cleans partitions that an earlier clean left half-finished (killed at a fault point before and after its swap
@@ -153,29 +153,11 @@ def cluster(tmp_path_factory, request):
 
 
 def test_a_cluster_clean_is_byte_for_byte_the_single_process_clean(cluster, mixed, tmp_path):
-    """... and, submitted alongside, a dedupe buffer larger than an executor's Python memory is refused at submit
-    time, in one line naming the setting, nothing changed."""
-    logs, refused = tmp_path / "logs", tmp_path / "refused"
+    logs = tmp_path / "logs"
     shutil.copytree(mixed["original"], logs)
-    shutil.copytree(mixed["original"], refused)
-    too_big = subprocess.Popen(
-        [sys.executable, "-m", "cleaner.cli", "clean", str(refused), "--spark", "--master", cluster.master_url,
-         *EXECUTOR_CONF, *SET_ARGS, "--set", "log.cleaner.dedupe.buffer.size=1GiB"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=cluster.client_env())
-    try:
-        done = logcleaner("clean", str(logs), "--spark", "--master", cluster.master_url, *EXECUTOR_CONF, *SET_ARGS,
-                          "--now-ms", str(NOW_MS), "--json", "--spark-log", str(tmp_path / "spark.log"),
-                          env=cluster.client_env())
-        out, err = too_big.communicate(timeout=JOB_TIMEOUT_S)
-    finally:
-        if too_big.poll() is None:
-            too_big.kill()
-            too_big.wait()
-    assert too_big.returncode == 2, err
-    assert len(err.strip().splitlines()) == 1, err
-    assert err.startswith("Error: log.cleaner.dedupe.buffer.size is per task with --spark: a task needs 1224 MiB")
-    assert "spark.executor.memoryOverhead" in err and "384 MiB" in err and out == ""
-    assert file_digests(refused) == file_digests(mixed["original"])
+    done = logcleaner("clean", str(logs), "--spark", "--master", cluster.master_url, *EXECUTOR_CONF, *SET_ARGS,
+                      "--now-ms", str(NOW_MS), "--json", "--spark-log", str(tmp_path / "spark.log"),
+                      env=cluster.client_env())
     assert done.returncode == 0, done.stderr + cluster.log_tail("master")
     assert "Traceback" not in done.stderr
     *partitions, total = json_lines(done.stdout)
@@ -202,8 +184,35 @@ def _writing_cleaned(cluster, name: str, logs: Path) -> str | None:
     return None
 
 
+def _submit_too_big_a_map(cluster, logs: Path) -> subprocess.Popen:
+    """A `clean --spark` of `logs` whose offset map (1 GiB a task) an executor of 512 MiB cannot hold."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "cleaner.cli", "clean", str(logs), "--spark", "--master", cluster.master_url,
+         *EXECUTOR_CONF, *SET_ARGS, "--set", "log.cleaner.dedupe.buffer.size=1GiB"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=cluster.client_env(),
+        start_new_session=True)
+
+
+def _assert_refused_at_submit(too_big: subprocess.Popen, logs: Path, original: Path) -> None:
+    """Refused at submit time, in one line naming the setting to raise, nothing changed."""
+    try:
+        out, err = too_big.communicate(timeout=JOB_TIMEOUT_S)
+    finally:
+        if too_big.poll() is None:
+            too_big.kill()
+            too_big.wait()
+    assert too_big.returncode == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("Error: log.cleaner.dedupe.buffer.size is per task with --spark: a task needs 1224 MiB")
+    assert "spark.executor.memoryOverhead" in err and "384 MiB" in err and out == ""
+    assert file_digests(logs) == file_digests(original)
+
+
 def test_a_worker_killed_mid_round_loses_nothing(cluster, mixed, tmp_path):
-    """SIGKILL to every process of the worker whose task is writing a `.cleaned` segment; the other finishes."""
+    """SIGKILL to every process of the worker whose task is writing a `.cleaned` segment; the other finishes.
+
+    While the job goes on, on one worker and throttled (the CPU mostly idle), a second driver submits a clean
+    whose offset map an executor cannot hold: it is refused at submit time."""
     assert cluster.alive_workers() == 2
     logs = tmp_path / "logs"
     shutil.copytree(mixed["original"], logs)
@@ -213,6 +222,7 @@ def test_a_worker_killed_mid_round_loses_nothing(cluster, mixed, tmp_path):
             str(NOW_MS), "--json", "--spark-log", str(tmp_path / "spark.log")]
     driver = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                               env=cluster.client_env(), start_new_session=True)
+    too_big = None
     try:
         victim, writing = None, None
         deadline = time.monotonic() + JOB_TIMEOUT_S
@@ -227,11 +237,16 @@ def test_a_worker_killed_mid_round_loses_nothing(cluster, mixed, tmp_path):
         if victim is None:
             out, err = driver.communicate(timeout=JOB_TIMEOUT_S)
             pytest.fail(f"no worker was caught writing a .cleaned segment before the job ended: {err[-2000:]}")
+        refused = tmp_path / "refused"
+        shutil.copytree(mixed["original"], refused)
+        too_big = _submit_too_big_a_map(cluster, refused)
         out, err = driver.communicate(timeout=JOB_TIMEOUT_S)
+        _assert_refused_at_submit(too_big, refused, mixed["original"])
     finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
+        for process in (driver, too_big):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
     assert victim not in [n for n, p in cluster.processes.items() if p.poll() is None]
     assert driver.returncode == 0, err
     *partitions, total = json_lines(out)
