@@ -1,6 +1,6 @@
 """Compiled per-record loops between Arrow columns and v2 records (numba, cached on disk).
 
-Owns `encode_runs` (Arrow key/value/timestamp/header columns → the uncompressed records regions of v2 batches,
+Owns `group_rows` (rows in partition order, a stable counting sort), `encode_runs` (Arrow key/value/timestamp/header columns → the uncompressed records regions of v2 batches,
 cut by partition, record count and bytes), `encode_batches` (the same rows as whole uncompressed v2 batches,
 headers included, CRC left for `stamp_v2_crcs`) and `header_sizes` / `gather_records` (the records a scan found
 → contiguous key, value and header columns with Arrow offsets). Inputs are trusted: Arrow buffers checked by
@@ -18,7 +18,7 @@ from numba.extending import intrinsic
 from ..codec import format as fmt
 from ..codec._header_kernels import write_v2_header
 
-__all__ = ["encode_batches", "encode_runs", "gather_records", "header_sizes"]
+__all__ = ["encode_batches", "encode_runs", "gather_records", "group_rows", "header_sizes"]
 
 _jit = numba.njit(cache=True, nogil=True)
 _inline = numba.njit(cache=True, nogil=True, inline="always")
@@ -109,6 +109,23 @@ def _headers_size(row, h_list, hk_off, hv_valid, hv_off):
         else:
             size += 1
     return size
+
+
+@_jit
+def group_rows(partitions, groups, order, part):
+    """Rows in partition order, input order within a partition (a stable counting sort): order[j] is the row
+    at place j and part[j] its partition. `partitions` (int64) lie in [-1, groups - 1]; -1 sorts first."""
+    counts = np.zeros(groups + 2, dtype=np.int64)
+    for i in range(partitions.size):
+        counts[partitions[i] + 2] += 1
+    for g in range(1, groups + 2):
+        counts[g] += counts[g - 1]
+    for i in range(partitions.size):
+        g = partitions[i] + 1
+        j = counts[g]
+        order[j] = i
+        part[j] = partitions[i]
+        counts[g] = j + 1
 
 
 @_jit

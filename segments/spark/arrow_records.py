@@ -27,7 +27,7 @@ from ..codec import format as fmt
 from ..codec._crc_kernels import stamp_v2_crcs
 from ..codec.records import encode_batch_from_region, make_attributes
 from ..partition.log import PartitionLog
-from ._arrow_kernels import encode_batches, encode_runs, gather_records, header_sizes
+from ._arrow_kernels import encode_batches, encode_runs, gather_records, group_rows, header_sizes
 
 if TYPE_CHECKING:  # the scan's kernels are not loaded by a process that only encodes (a Spark write task)
     from ..codec.scan import ScanResult
@@ -301,10 +301,13 @@ class BatchEncoder:
         k_valid, k_off, k_data = binary_parts(keys)
         v_valid, v_off, v_data = binary_parts(values)
         h_list, hk_off, hk_data, hv_valid, hv_off, hv_data = _header_parts(headers, n)
-        order = np.argsort(partitions, kind="stable").astype(np.int64)
-        part = np.ascontiguousarray(partitions[order], dtype=np.int64)
-        if part[0] < -1:
-            raise ValueError(f"partition numbers must be at least 0 (or -1: left out), got {int(part[0])}")
+        partitions = np.ascontiguousarray(partitions, dtype=np.int64)
+        low, high = int(partitions.min()), int(partitions.max())
+        if low < -1:
+            raise ValueError(f"partition numbers must be at least 0 (or -1: left out), got {low}")
+        order = np.empty(n, dtype=np.int64)
+        part = np.empty(n, dtype=np.int64)
+        group_rows(partitions, high + 1, order, part)
         if part[0] == -1:  # rows left out (a null key, say): they sort first
             kept = int(np.searchsorted(part, 0))
             if kept == n:
