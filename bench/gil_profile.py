@@ -58,6 +58,14 @@ processes use fewer than `--quiet-cpus` CPUs (default 0.5, over 2 s), and each r
 processes used during it (machine busy time from /proc/stat minus the run's own CPU time): a GIL holder that
 the OS preempts keeps the GIL while it waits for a CPU. Figures are medians over the repeats (per cell). `--verify-repeats N` (default 1) adds N runs pairs with
 `log.cleaner.verify=true` per workload, to measure the safety phase, which is off by default.
+`--cpu-split N` (or `--cpu-split-only`) also measures what the machine's load does not inflate: in a child process
+running this tree, N rounds per workload on one thread (read-ahead made synchronous, after an untimed round that
+loads every kernel), each kernel call and each blocking I/O call timed with the thread's CPU clock; the round's
+Python CPU (its CPU less the kernels' and the I/O calls', the timers' own cost taken out) is the CPU it spends
+holding the GIL. (A py-spy sample taken while a thread waits in a long read or write is only taken when the call
+returns, and a GIL holder preempted by other processes holds the GIL meanwhile: on a loaded machine the `gil`
+runs overstate the GIL-held time of the Python around I/O.) The clean processes run this tree's code
+(PYTHONPATH), so a worktree of another commit can be measured by running its own copy of the script.
 `--codec-check` (or `--codec-check-only`) also checks, in this process, whether each codec call the product
 makes releases the GIL while it runs (`codec_check`: the longest stall of a spinner thread during a call on a
 128 MiB buffer, as a share of the call's time; 1.0 = held from start to end). The raw py-spy files and a JSON
@@ -65,9 +73,10 @@ of every run are kept under `--data-dir`.
 
 Usage: python bench/gil_profile.py [--workloads W1,W2,W3,W4] [--scales W1=4,W2=2,W3=2,W4=2] [--repeats 3]
                                    [--rate 100] [--nonblocking] [--dedupe-mb 256] [--verify-repeats 1]
-                                   [--quiet-cpus 0.5] [--quiet-wait-s 60] [--codec-check]
+                                   [--quiet-cpus 0.5] [--quiet-wait-s 60] [--codec-check] [--cpu-split N]
                                    [--top 15] [--data-dir DIR]
        python bench/gil_profile.py --codec-check-only
+       python bench/gil_profile.py --cpu-split-only [--cpu-split N] [--workloads ...]
        python bench/gil_profile.py --reanalyze bench/data/gil-profile/results-<time>.json
 """
 
@@ -141,6 +150,11 @@ STEPS = (
     ("files: swap, rename, remove, fsync", lambda name, file, cat: file.startswith("segments/files/fileio.py")
      or name.startswith("PartitionLog.") or name in ("segment_paths", "offset_file_name", "LogSegment.change_suffix",
                                                      "LogSegment.delete_files", "LogSegment.finalise")),
+    ("the survey's own per-window checks and bookkeeping (cleaner/survey.py: offsets, legacy wrappers, its loop)",
+     lambda name, file, cat: file.startswith("cleaner/survey.py")),
+    ("segment reads and the I/O throttle (read syscalls, charge_io, progress)",
+     lambda name, file, cat: name in ("LogSegment._read_into", "LogSegment.pread", "clean_planned.<locals>.counted",
+                                      "_NoBar.update") or file.startswith("cleaner/throttle.py")),
     ("per-window glue: scan() around its kernels, _decide, _horizons, hashing and map calls, read-ahead hand-off",
      lambda name, file, cat: True),
 )
@@ -395,7 +409,9 @@ def _run(cmd: list[str]) -> tuple[float, dict, str, float]:
     busy, mine = _machine_busy_s(), _children_cpu_s()
     t = time.perf_counter()
     with open(os.devnull, "rb") as stdin:
-        proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        # PYTHONPATH: the clean runs this tree's code (a worktree's too, not the venv's editable install)
+        proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                env=dict(os.environ, PYTHONPATH=str(ROOT)))
         out, err = proc.communicate()
     wall = time.perf_counter() - t
     # the child's CPU time (py-spy's includes the clean's, which it waits for) is not the other processes'
@@ -733,6 +749,155 @@ def codec_check(size: int = 128 * 2**20, small: int = 16 * 1024) -> list[dict]:
     return rows
 
 
+# ---- the round's Python CPU, whatever the machine's load (--cpu-split) --------------------------------------------
+
+# Every numba dispatcher of these modules is timed; their kernels never call back into Python.
+_KERNEL_MODULES = ("segments.codec._scan_kernels", "segments.codec._crc_kernels", "segments.codec._lz4_kernels",
+                   "segments.codec._header_kernels", "segments.codec._control_kernels", "cleaner._kernels",
+                   "offsetmap._kernels", "segments.files._index_kernels")
+# The blocking calls that release the GIL while the kernel works (reads, writes, file operations).
+_IO_CALLS = ("preadv", "pread", "pwrite", "pwritev", "fsync", "fdatasync", "write", "read", "rename", "replace",
+             "remove", "unlink", "posix_fadvise", "open", "close", "stat", "fstat", "scandir", "listdir")
+
+
+def cpu_split_child(src: Path, now_ms: int, dedupe: int, repeats: int) -> dict:
+    """(A child process whose PYTHONPATH is the tree measured.) The round's CPU split on one thread: one untimed
+    warm-up round (every kernel loaded), then `repeats` rounds of fresh copies of `src` with `read_ahead` made
+    synchronous, each kernel call and each blocking I/O call timed with the thread's CPU clock. Python CPU = the
+    thread's CPU - kernels - I/O (the timers' own cost, calibrated, taken out): the CPU the round spends holding
+    the GIL, which the machine's load does not inflate (a preempted GIL holder does, in the py-spy runs)."""
+    import importlib
+    import tempfile
+
+    from numba.core.dispatcher import Dispatcher
+
+    from cleaner import indexing, recopy, survey
+    from cleaner import round as round_mod
+    from cleaner.settings import Settings
+    from offsetmap import OffsetMap, per_thread_memory_bytes
+    from segments.partition.log import PartitionLog
+
+    clock = time.thread_time
+    acc = {"kernel": 0.0, "io": 0.0, "calls": 0}
+
+    def timed(fn, key):
+        def wrapper(*args, **kwargs):
+            t = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                acc[key] += clock() - t
+                acc["calls"] += 1
+        return wrapper
+
+    offset_map = OffsetMap(per_thread_memory_bytes(dedupe, 1))
+    topic = Settings.from_mappings({"cleanup.policy": "compact"}).topic(src.name.rsplit("-", 1)[0])
+    work = Path(tempfile.mkdtemp(prefix="gil-cpu-split-"))
+    phases: dict = {}
+
+    def one_round() -> tuple[float, float]:
+        """(wall s, thread CPU s) of a round of a fresh copy of `src` (the copy not counted)."""
+        run = work / "run"
+        shutil.rmtree(run, ignore_errors=True)
+        shutil.copytree(src, run / src.name)
+        os.sync()
+        phases.clear()
+        acc.update(kernel=0.0, io=0.0, calls=0)
+        started, cpu = time.perf_counter(), clock()
+        with PartitionLog.open(run / src.name, mode="cleaner") as log:
+            round_mod.clean_round(log, topic, offset_map, now_ms=now_ms, seed=7)
+        return time.perf_counter() - started, clock() - cpu
+
+    try:
+        one_round()
+
+        def synchronous(source, *, name="read-ahead"):
+            try:
+                yield from source
+            finally:
+                close = getattr(source, "close", None)
+                if close is not None:
+                    close()
+        for module in (survey, indexing, recopy):
+            module.read_ahead = synchronous  # type: ignore[attr-defined]
+        for name in _KERNEL_MODULES:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            for attr, obj in list(vars(module).items()):
+                if isinstance(obj, Dispatcher):
+                    setattr(module, attr, timed(obj, "kernel"))
+            if hasattr(module, "_KERNELS"):  # _crc_kernels' variants
+                module._KERNELS = {v: tuple(timed(f, "kernel") for f in fns) for v, fns in module._KERNELS.items()}
+        for attr in _IO_CALLS:
+            if hasattr(os, attr):
+                setattr(os, attr, timed(getattr(os, attr), "io"))
+        # the timers' own cost per call (two clock reads and the wrapper), taken out of the Python CPU below
+        probe = timed(len, "kernel")
+        t = clock()
+        for _ in range(20000):
+            probe(())
+        bare = clock()
+        for _ in range(20000):
+            len(())
+        overhead = max((bare - t) - (clock() - bare), 0.0) / 20000
+
+        def phase(fn, label):
+            def wrapper(*args, **kwargs):
+                before = dict(acc)
+                t = clock()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    p = phases.setdefault(label, {"cpu": 0.0, "kernel": 0.0, "io": 0.0, "calls": 0})
+                    p["cpu"] += clock() - t
+                    for key in ("kernel", "io", "calls"):
+                        p[key] += acc[key] - before[key]
+            return wrapper
+        round_mod.survey_log = phase(round_mod.survey_log, "survey")  # type: ignore[attr-defined]
+        round_mod.build_offset_map = phase(round_mod.build_offset_map, "index")  # type: ignore[attr-defined]
+        round_mod.clean_group = phase(round_mod.clean_group, "recopy")  # type: ignore[attr-defined]
+        rounds = []
+        for _ in range(repeats):
+            wall, cpu = one_round()
+            split = {"wall_s": wall, "cpu_s": cpu, "kernel_s": acc["kernel"], "io_s": acc["io"], "calls": acc["calls"],
+                     "python_s": cpu - acc["kernel"] - acc["io"] - overhead * acc["calls"], "phases": {}}
+            for label, p in phases.items():
+                split["phases"][label] = {"cpu_s": p["cpu"], "kernel_s": p["kernel"], "io_s": p["io"],
+                                          "python_s": p["cpu"] - p["kernel"] - p["io"] - overhead * p["calls"]}
+            rounds.append(split)
+        return {"rounds": rounds, "timer_overhead_us": overhead * 1e6}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def cpu_split(args, scales: dict) -> dict:
+    """`cpu_split_child` per workload, in a child process running this tree; prints the table."""
+    out = {}
+    print(f"\n### The round's CPU on one thread: kernels, I/O and Python (holding the GIL), per round (median of "
+          f"{args.cpu_split} rounds; read-ahead made synchronous; the timers' cost taken out)\n")
+    print("| workload | round CPU s | kernels s | I/O s | Python s | Python % of the CPU | Python: survey / index / "
+          "recopy / rest s |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for name in args.workloads.split(","):
+        src, manifest = _pristine(name, scales[name], args.data_dir)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--cpu-split-child", str(src), str(manifest["now_ms"]),
+               str(int(args.dedupe_mb * 2**20)), str(args.cpu_split)]
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        if res.returncode:
+            raise RuntimeError(f"--cpu-split of {name} failed:\n{res.stderr[-3000:]}")
+        result = _summary(res.stdout)
+        r = sorted(result["rounds"], key=lambda x: x["python_s"])[len(result["rounds"]) // 2]
+        ph = {k: r["phases"].get(k, {}).get("python_s", 0.0) for k in ("survey", "index", "recopy")}
+        rest = r["python_s"] - sum(ph.values())
+        print(f"| {name} | {r['cpu_s']:.2f} | {r['kernel_s']:.2f} | {r['io_s']:.2f} | **{r['python_s']:.3f}** | "
+              f"{_pct(r['python_s'], r['cpu_s']):.1f}% | {ph['survey']:.3f} / {ph['index']:.3f} / {ph['recopy']:.3f} / "
+              f"{rest:.3f} |", flush=True)
+        out[name] = result
+    return out
+
+
 # ---- main --------------------------------------------------------------------------------------------------------
 
 
@@ -791,9 +956,18 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=BENCH / "data" / "gil-profile")
     parser.add_argument("--codec-check", action="store_true")
     parser.add_argument("--codec-check-only", action="store_true")
+    parser.add_argument("--cpu-split", type=int, default=0, metavar="ROUNDS",
+                        help="also measure the round's CPU on one thread (kernels, I/O, Python), ROUNDS rounds each")
+    parser.add_argument("--cpu-split-only", action="store_true", help="only --cpu-split (default 3 rounds)")
+    parser.add_argument("--cpu-split-child", nargs=4, metavar=("SRC", "NOW_MS", "DEDUPE", "ROUNDS"),
+                        help=argparse.SUPPRESS)
     parser.add_argument("--reanalyze", type=Path, metavar="RESULTS_JSON",
                         help="report again from a results JSON of an earlier run and its raw py-spy files (no run)")
     args = parser.parse_args()
+    if args.cpu_split_child:
+        src, now_ms, dedupe, rounds = args.cpu_split_child
+        print(json.dumps(cpu_split_child(Path(src), int(now_ms), int(dedupe), int(rounds))))
+        return
     if args.codec_check_only:
         codec_check()
         return
@@ -805,15 +979,22 @@ def main() -> None:
     args.data_dir = args.data_dir.resolve()
     args.data_dir.mkdir(parents=True, exist_ok=True)
     scales = _parse_scales(args.scales)
+    if args.cpu_split_only:
+        args.cpu_split = args.cpu_split or 3
+        print(f"# The round's CPU split: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, code {_code_state()}; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        cpu_split(args, scales)
+        return
     started = dt.datetime.now(dt.timezone.utc)
     print(f"# GIL share per phase: {started:%Y-%m-%d %H:%M} UTC, code {_code_state()}")
     print(f"python {platform.python_version()}, {_versions()}; {os.cpu_count()} CPUs; load average "
           f"{os.getloadavg()[0]:.2f}; py-spy rate {args.rate:g} Hz; dedupe buffer {args.dedupe_mb:g} MiB")
     results = [bench_workload(w, scales[w], args) for w in args.workloads.split(",")]
     table = report(results, args)
+    split = cpu_split(args, scales) if args.cpu_split else None
     codecs = codec_check() if args.codec_check else None
     dump = {"started": started.isoformat(), "code": _code_state(), "args": {k: str(v) for k, v in vars(args).items()},
-            "table": table, "codecs": codecs, "results": [
+            "table": table, "codecs": codecs, "cpu_split": split, "results": [
                 {**res, "runs": [{**r, "profile": {k: (dict(v) if isinstance(v, (dict, Counter)) else v)
                                                    for k, v in vars(r["profile"]).items()
                                                    if k not in ("holder_leaves", "holder_phases", "steps")}}
