@@ -439,11 +439,11 @@ def survey_log(
             soonest = int(horizons.min())
             horizon_ms = soonest if horizon_ms < 0 else min(horizon_ms, soonest)
         next_offset = int(result.last_offset[-1]) + 1
-        rows = _producer_rows(result, window, segment.paths.log, crc_checked=inactive)
-        if rows is not None:
-            _track_producers(rows, producers, ended)
+        window_rows = _producer_rows(result, window, segment.paths.log, crc_checked=inactive)
+        if window_rows is not None:
+            _track_producers(window_rows, producers, ended)
             if memo is not None and inactive:
-                rows_read.append(rows)
+                rows_read.append(window_rows)
         if index_ahead is not None:
             index_ahead.take(i, result, keys)
     open_rows = [(s.producer_id, s.open_txn_first_offset, -1, -1, s.open_txn_data_batches)
