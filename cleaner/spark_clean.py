@@ -340,11 +340,11 @@ def result_row(summary: Mapping[str, Any]) -> tuple:
                  for name, kind in RESULT_FIELDS)
 
 
-def clean_partitions(spark, paths: Sequence[str | os.PathLike], *, settings: Mapping[str, object] | None = None,
+def clean_partitions(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], *, settings: Mapping[str, object] | None = None,
                      config: str | os.PathLike | None = None, server_properties: str | os.PathLike | None = None,
                      now_ms: int | None = None, dry_run: bool = False, once: bool = False):
     """Clean the partitions under `paths` (partition directories, or log dirs of them, on a filesystem every
-    executor sees at the same path) in Spark tasks of `spark`, as `logcleaner clean --spark` does, and return a
+    executor sees at the same path; a single `str` or `os.PathLike` is one path) in Spark tasks of `spark`, as `logcleaner clean --spark` does, and return a
     DataFrame of one row per partition, in the order of their names: the fields of `clean --json`
     (`RESULT_FIELDS`; a field a partition's outcome lacks is null).
 
@@ -360,12 +360,15 @@ def clean_partitions(spark, paths: Sequence[str | os.PathLike], *, settings: Map
     from .config_file import load_config
     from .setting_use import refusal_for_clean, refusal_for_spark_clean
 
+    if isinstance(paths, (str, bytes, os.PathLike)):  # one path, not a sequence of its characters
+        paths = [paths]  # type: ignore[list-item]
+    paths = list(paths)
     overrides = {key: str(value) for key, value in (settings or {}).items()}
     for key in overrides:
         if (refusal := refusal_for_clean(key) or refusal_for_spark_clean(key)) is not None:
             raise SparkCleanUsageError(refusal)
     loaded = load_config(config, server_properties=server_properties, overrides=overrides)
-    partitions, refused = find_partition_dirs(list(paths))
+    partitions, refused = find_partition_dirs(paths)
     plan = plan_clean(partitions, loaded.settings, named=frozenset(Path(p) for p in paths))
     clock = now_ms if now_ms is not None else int(time.time() * 1000)
     result = clean_planned_on_spark(spark, plan, loaded.settings.cleaner, now_ms=clock, dry_run=dry_run, once=once)

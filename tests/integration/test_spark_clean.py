@@ -332,3 +332,18 @@ def test_an_unknown_policy_refuses_the_whole_job_and_a_dry_run_changes_nothing(s
     assert [stable(r.asDict()) for r in rows] == [stable(s) for s in json_lines(done.stdout)]
     assert all(r.dry_run and r.rounds == 1 for r in rows)
     assert file_digests(logs) == before
+
+
+def test_the_python_api_takes_a_str_or_a_path_as_one_path(spark, mixed, tmp_path, monkeypatch):
+    """A `str` is one path, not its characters: with a log dir `l` in the working directory, the characters of
+    "logs" would name it (and its partition would be cleaned)."""
+    from cleaner.spark_clean import clean_partitions
+
+    shutil.copytree(mixed["original"] / "mix-0", tmp_path / "logs" / "mix-0")
+    shutil.copytree(mixed["original"] / "mix-1", tmp_path / "l" / "mix-1")
+    monkeypatch.chdir(tmp_path)
+    before = file_digests(tmp_path / "l")
+    for given in ("logs", Path("logs")):
+        rows = clean_partitions(spark, given, settings=SETTINGS, now_ms=NOW_MS, dry_run=True).collect()
+        assert [(r.partition, r.directory, r.status) for r in rows] == [("mix-0", "logs/mix-0", "ok")]
+    assert file_digests(tmp_path / "l") == before
