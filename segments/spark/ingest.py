@@ -106,7 +106,8 @@ _FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".ndjson":
 
 @dataclass
 class IngestResult:
-    """Records and bytes added per partition (log end offset and size before and after), and timings."""
+    """Records and bytes added per partition (log end offset and size before and after), rows read and null keys
+    dropped, the parts of `write_s` (`timings_s`), and how many tasks found no warm Python worker."""
 
     topic: str
     partitions: int
@@ -116,6 +117,7 @@ class IngestResult:
     rows_read: int = 0
     null_key_rows_dropped: int = 0
     timings_s: dict[str, float] = field(default_factory=dict)
+    cold_tasks: int = 0  # tasks that started a Python worker of their own (not one warmed beforehand)
 
     @property
     def total_records(self) -> int:
@@ -388,7 +390,8 @@ def _write(
     timings.update(_job_timings(reports, submitted, job_done))
     timings["commit"] = time.time() - job_done
     result = IngestResult(topic, partitions, write_s=time.perf_counter() - started, rows_read=rows,
-                          null_key_rows_dropped=null_rows, timings_s=timings)
+                          null_key_rows_dropped=null_rows, timings_s=timings,
+                          cold_tasks=sum(1 for r in reports if not r["warm"]))
     after = _partition_state(output, topic, partitions)
     for p in range(partitions):
         result.records[p] = after[p][0] - before[p][0]
@@ -418,7 +421,14 @@ class _WarmUp:
     Spark reads the source's schema: a job of one tiny task per core (`defaultParallelism`) that starts the
     Python workers and loads the encoder's kernels in them (workers are reused, `spark.python.worker.reuse`,
     so the ingest's tasks find them ready; once per SparkContext), and here the scan kernels the commit checks
-    the pieces with. A failure of either is left to the real job to meet and report."""
+    the pieces with. A failure of either is left to the real job to meet and report.
+
+    The warm-up is an RDD job: a session's first DataFrame waits for its SQL state to be built (seconds, in a
+    fresh JVM), an RDD job does not. Spark keeps one pool of Python workers per environment, and a DataFrame's
+    Python function runs with `SPARK_SIMPLIFIED_TRACEBACK=1` (`spark.sql.execution.pyspark.udf.
+    simplifiedTraceback.enabled`) added to `SparkContext.environment`; the warm-up's function is made with that
+    variable too, so its workers are in the pool the ingest's tasks draw from (the tasks report whether they
+    found a warm worker: `IngestResult.cold_tasks`)."""
 
     _warmed: weakref.WeakSet = weakref.WeakSet()  # the SparkContexts whose workers an ingest has warmed
 
@@ -435,9 +445,18 @@ class _WarmUp:
     @staticmethod
     def _start_workers(spark) -> None:
         try:
-            cores = max(1, spark.sparkContext.defaultParallelism)
-            # a DataFrame job, as the ingest's: Spark keeps the Python workers of SQL functions apart from an RDD's
-            spark.range(cores, numPartitions=cores).mapInArrow(_warm_worker, _REPORT_SCHEMA).collect()
+            context = spark.sparkContext
+            cores = max(1, context.defaultParallelism)
+            rdd = context.parallelize(range(cores), cores).mapPartitions(_warm_partition)
+            environment = context.environment
+            added = {k: v for k, v in _dataframe_worker_environment(context).items() if k not in environment}
+            environment.update(added)
+            try:
+                rdd._jrdd  # the Python function is made here, with the environment as it is now
+            finally:
+                for key in added:
+                    environment.pop(key, None)
+            rdd.collect()
         except BaseException as exc:  # noqa: BLE001 (a thread's end: the ingest's own job reports real failures)
             log.debug("warming the Python workers failed error=%s", exc)
 
@@ -455,14 +474,17 @@ class _WarmUp:
             self._workers.join()
 
 
-def _warm_worker(batches: Iterator) -> Iterator:
-    import pyarrow as pa
+def _dataframe_worker_environment(context) -> dict[str, str]:
+    """What Spark adds to `SparkContext.environment` for the Python workers of a DataFrame's functions."""
+    enabled = context.getConf().get("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "true")
+    return {"SPARK_SIMPLIFIED_TRACEBACK": "1"} if enabled.strip().lower() == "true" else {}
 
+
+def _warm_partition(rows: Iterator) -> Iterator:
     _load_kernels()
-    for _ in batches:
+    for _ in rows:
         pass
-    # one row: a Python worker whose task returned no batch at all is not reused (pyspark 4.3)
-    yield pa.RecordBatch.from_pydict({"report": [""]})
+    yield 1  # a result: a Python worker whose task returned nothing is not reused (pyspark 4.3)
 
 
 _REPORT_SCHEMA = "report string"
@@ -510,6 +532,7 @@ class StageTask:
         from pyspark import TaskContext
 
         called = time.time()
+        warm = _kernels_loaded  # this worker ran a task of ours before (the warm-up's, or an ingest's)
         _load_kernels()
         kernels_ready = time.time()
         from .arrow_records import BatchEncoder
@@ -545,7 +568,7 @@ class StageTask:
             if writer is not None:
                 writer.close()
         report = {"pieces": [_piece_dict(piece) for piece in pieces], "rows": rows, "null_keys": null_keys,
-                  "called": called, "kernels_ready": kernels_ready, "done": time.time()}
+                  "called": called, "kernels_ready": kernels_ready, "done": time.time(), "warm": warm}
         yield pa.RecordBatch.from_pydict({"report": [json.dumps(report)]})
 
     def _stage(self, table, encoder, writer: PieceWriter) -> None:
