@@ -577,6 +577,7 @@ def _clean_on_spark(plan, cleaner, *, master: str, spark_conf: dict[str, str], s
     summary to `report` in the plan's order once the job is done, then the total. Spark's own output goes to
     `spark_log` (its progress bar to a terminal); every error is one line (exit 2: a Spark setting or the
     executors' memory; 1: Spark did not start or the job failed)."""
+    import signal
     import time
 
     from segments.files.pathcheck import describe_os_error
@@ -588,6 +589,7 @@ def _clean_on_spark(plan, cleaner, *, master: str, spark_conf: dict[str, str], s
         SparkCleanUsageError,
         check_spark_conf,
         clean_planned_on_spark,
+        quiet_py4j,
         session_conf,
     )
 
@@ -600,25 +602,43 @@ def _clean_on_spark(plan, cleaner, *, master: str, spark_conf: dict[str, str], s
     except OSError as exc:
         raise OneLineUsageError(f"--spark-log: {describe_os_error(exc)}") from None
     console = JvmConsole(progress=sys.stderr if sys.stderr.isatty() else None, log_file=log_file)
+    quiet_py4j()  # a Ctrl-C at start-up or a lost JVM is said in one line, not in py4j's tracebacks
     started = time.perf_counter()
+    spark = None
+    previous_sigint = signal.getsignal(signal.SIGINT)
     try:
-        try:
-            spark = get_session(master, app_name=f"logcleaner clean ({len(plan)} partitions)",
-                                conf=session_conf(spark_conf), console=console)
-        except SparkUnavailableError as exc:
-            raise click.ClickException(one_line(str(exc))) from None
-        startup_s = time.perf_counter() - started
-        try:
-            result = clean_planned_on_spark(spark, plan, cleaner, now_ms=now_ms, forced_from=forced_from,
-                                            forced_to=forced_to, dry_run=dry_run, once=once)
-        except SparkCleanUsageError as exc:
-            raise OneLineUsageError(str(exc)) from None
-        except SparkCleanJobError as exc:  # a task that failed every attempt, a lost cluster
-            raise click.ClickException(one_line(str(exc))) from None
-        finally:
-            console.end_progress()
-            stop_session(spark)
+        # Ctrl-C or SIGTERM: the job cancelled, Spark stopped (its JVM killed), the planned partitions recovered,
+        # then the command ends as `clean` does ("Aborted!" for Ctrl-C, the signal's own status for SIGTERM).
+        with _SigtermStopsCleaning():
+            try:
+                try:
+                    spark = get_session(master, app_name=f"logcleaner clean ({len(plan)} partitions)",
+                                        conf=session_conf(spark_conf), console=console)
+                except SparkUnavailableError as exc:
+                    raise click.ClickException(one_line(str(exc))) from None
+                # pyspark's own SIGINT handler talks to the JVM inside the handler; Python's raises KeyboardInterrupt
+                # (an ignored SIGINT, as in a background job, stays ignored)
+                signal.signal(signal.SIGINT, signal.SIG_IGN if previous_sigint == signal.SIG_IGN
+                              else signal.default_int_handler)
+                startup_s = time.perf_counter() - started
+                try:
+                    result = clean_planned_on_spark(spark, plan, cleaner, now_ms=now_ms, forced_from=forced_from,
+                                                    forced_to=forced_to, dry_run=dry_run, once=once,
+                                                    recover_on_interrupt=False)
+                except SparkCleanUsageError as exc:
+                    raise OneLineUsageError(str(exc)) from None
+                except SparkCleanJobError as exc:  # a task that failed every attempt, a lost cluster
+                    raise click.ClickException(one_line(str(exc))) from None
+            except (KeyboardInterrupt, _Terminated):
+                _abort_spark_clean(spark, plan, console, dry_run=dry_run)
+                spark = None  # stopped there, or left to die with the process
+                raise
+            finally:
+                console.end_progress()
+                if spark is not None:
+                    stop_session(spark)
     finally:
+        signal.signal(signal.SIGINT, previous_sigint)
         console.close()
     for summary in result.summaries:
         report(summary)
@@ -633,6 +653,36 @@ def _clean_on_spark(plan, cleaner, *, master: str, spark_conf: dict[str, str], s
                    f"{total['failed']} failed, {total['skipped']} skipped; {total['records_read']} records read, "
                    f"{total['records_written']} written; {megabytes(total['size_before_bytes'])} -> "
                    f"{megabytes(total['size_after_bytes'])}")
+
+
+def _abort_spark_clean(spark, plan, console, *, dry_run: bool) -> None:
+    """`clean --spark` interrupted (Ctrl-C, SIGTERM), at start-up or while the job runs: the job cancelled, the
+    session stopped and the JVM killed (also one whose start was cut short), then each planned partition
+    recovered on the driver under its lock (`cleaner.spark_clean.recover_planned`), so that no `.cleaned` or
+    `.swap` file is left when the command returns. A further signal meanwhile is ignored: this is bounded."""
+    import contextlib
+    import signal
+    import threading
+
+    from .spark_clean import after_failure, kill_child_jvms, quiet_py4j, recover_planned
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    quiet_py4j()
+    console.end_progress()
+    if spark is not None:
+        def stop() -> None:
+            with contextlib.suppress(Exception):
+                spark.sparkContext.cancelAllJobs()
+            with contextlib.suppress(Exception):
+                spark.stop()
+
+        stopping = threading.Thread(target=stop, name="logcleaner-spark-stop", daemon=True)
+        stopping.start()
+        stopping.join(10.0)  # a JVM that does not stop in time is killed below all the same
+    kill_child_jvms()
+    if not dry_run and (left := recover_planned(plan)):
+        click.echo(f"Error: interrupted; {after_failure(left)}", err=True)
 
 
 class _Terminated(BaseException):

@@ -42,7 +42,9 @@ import json
 import math
 import os
 import re
+import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -64,9 +66,10 @@ from .policy import TopicPolicy
 from .settings import CleanerSettings
 
 __all__ = [
-    "RESULT_FIELDS", "TASK_BASE_BYTES", "SparkCleanJobError", "SparkCleanResult", "SparkCleanUsageError",
+    "RECOVERY_WAIT_S", "RESULT_FIELDS", "TASK_BASE_BYTES", "SparkCleanJobError", "SparkCleanResult", "SparkCleanUsageError",
     "check_executor_memory",
-    "check_spark_conf", "clean_partitions", "clean_planned_on_spark", "plan_tasks", "result_row", "session_conf",
+    "after_failure", "check_spark_conf", "clean_partitions", "clean_planned_on_spark", "kill_child_jvms", "plan_tasks",
+    "quiet_py4j", "recover_planned", "result_row", "session_conf",
 ]
 
 MIB = 1024 * 1024
@@ -101,9 +104,9 @@ class SparkCleanUsageError(CleanerError, ValueError):
 
 
 class SparkCleanJobError(CleanerError, RuntimeError):
-    """The Spark job failed (a task failed every attempt, the driver lost its cluster), in one line; or it ended
-    without a partition's result. Each partition is as it was, or cleaned, or for the one a task was cleaning,
-    left as a crash leaves it (recovered at its next open)."""
+    """The Spark job failed (a task failed every attempt, the driver lost its cluster), in one line ending with what
+    to do; or it ended without a partition's result. The driver has recovered the planned partitions
+    (`recover_planned`): each is as it was or cleaned, but for one the message names (recovered at its next open)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,17 +287,153 @@ def _clean_task(items: list[_TaskItem], *, settings, cleaner: CleanerSettings, n
         remover.drain()
 
 
+RECOVERY_WAIT_S = 30.0  # how long the driver waits for a still-running task to release a partition's cleaner lock
+_LEFTOVER_SUFFIXES = (".cleaned", ".swap")
+# Spark's hint after a crashed Python worker, which is not for the operator of a clean
+_SPARK_HINT = re.compile(r"\s*Consider setting '?spark\.[\w.]*faulthandler.*$", re.DOTALL)
+
+
+def _without_spark_hints(line: str) -> str:
+    return _SPARK_HINT.sub("", line).rstrip().rstrip(".")
+
+
+def _has_leftovers(directory: Path) -> bool:
+    return any(name.endswith(_LEFTOVER_SUFFIXES) for name in os.listdir(directory))
+
+
+def recover_planned(plan: Sequence[PlannedPartition], *, wait_s: float = RECOVERY_WAIT_S) -> list[str]:
+    """After a job that failed or was interrupted, on the driver (the log dirs are on a filesystem it shares with
+    the executors): each planned partition that a task may have left half-cleaned is opened as a cleaner opens
+    it, under its `.cleaner.lock`, which recovers its leftovers (`segments.partition.recovery`: a `.cleaned`
+    segment abandoned, a swap rolled forward). A partition whose lock a still-running task holds is waited for,
+    `wait_s` in all, never touched meanwhile. Returns a line for each partition not recovered (still locked, or
+    its open failed), none when every one is as it was or cleaned."""
+    from segments.partition.locks import CLEANER_LOCK, PartitionLock
+    from segments.partition.log import PartitionLog
+
+    deadline = time.monotonic() + wait_s
+    left = []
+    for planned in plan:
+        directory = planned.directory
+        if planned.policy is not None and not planned.policy.known:
+            continue  # never given to a task
+        try:
+            if not _has_leftovers(directory):
+                probe = PartitionLock(directory, CLEANER_LOCK, shared=True, create=False)
+                try:
+                    probe.acquire(timeout_s=max(0.0, deadline - time.monotonic()))  # a running task: wait for it
+                except FileNotFoundError:
+                    continue  # never opened by a cleaner
+                probe.release()
+                if not _has_leftovers(directory):
+                    continue
+            topic = directory.name.rsplit("-", 1)[0]
+            PartitionLog.open(directory, mode="cleaner", config=planned.view.settings.topic(topic).log_config(),
+                              lock_timeout_s=max(0.0, deadline - time.monotonic())).close()
+        except Exception as exc:  # noqa: BLE001 - reported, the others still recovered
+            from segments.partition.locks import LockTimeoutError
+
+            why = "a task still holds its cleaner lock" if isinstance(exc, LockTimeoutError) else str(exc)
+            left.append(f"{directory}: {why}")
+    return left
+
+
+def after_failure(left: Sequence[str]) -> str:
+    """What to do after a job that did not finish, its partitions recovered (`recover_planned`'s `left`)."""
+    if not left:
+        return "each partition is as it was or cleaned: run the clean again to finish"
+    return (f"{len(left)} partition(s) not recovered ({left[0]}{', ...' if len(left) > 1 else ''}): they are "
+            "recovered at their next open; run the clean again to finish")
+
+
+class _DropPy4jRecords:
+    """A filter of the root logger: py4j logs a KeyboardInterrupt while it waits on the JVM to the root logger
+    itself (`logging.exception`), traceback included."""
+
+    @staticmethod
+    def filter(record) -> bool:
+        return f"{os.sep}py4j{os.sep}" not in (record.pathname or "")
+
+
+_DROP_PY4J_RECORDS = _DropPy4jRecords()
+
+
+def quiet_py4j() -> None:
+    """Silence py4j's and pyspark's own logging of a connection that breaks as the job is cancelled and the
+    session stopped, or as a Ctrl-C cuts a call to the JVM short (the error that matters is reported in one
+    line)."""
+    import logging
+
+    for name in ("py4j", "pyspark"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    root = logging.getLogger()
+    if _DROP_PY4J_RECORDS not in root.filters:
+        root.addFilter(_DROP_PY4J_RECORDS)
+
+
+def _child_jvms() -> list[int]:
+    """This process's children that are Spark's JVM (`spark-submit`, which execs `java ... SparkSubmit`)."""
+    me = os.getpid()
+    pids = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []  # no procfs: nothing found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[1]) != me or fields[0] == b"Z":
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if b"SparkSubmit" in cmdline or b"spark-submit" in cmdline or b"spark-class" in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+def kill_child_jvms(timeout_s: float = 5.0) -> None:
+    """End the JVM this process launched for Spark (after `stop`, or a start-up interrupted half-way): SIGTERM,
+    then SIGKILL after `timeout_s`, each reaped, so that no SparkSubmit is left running without its driver."""
+    pids = _child_jvms()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while pids and time.monotonic() < deadline:
+            for pid in list(pids):
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done = pid  # reaped elsewhere
+                if done:
+                    pids.remove(pid)
+            if pids:
+                time.sleep(0.05)
+        if not pids:
+            return
+
+
 def _conf_of(spark) -> dict[str, str]:
     return dict(spark.sparkContext.getConf().getAll())
 
 
 def clean_planned_on_spark(spark, plan: list[PlannedPartition], cleaner: CleanerSettings, *, now_ms: int,
                            forced_from: int | None = None, forced_to: int | None = None, dry_run: bool = False,
-                           once: bool = False) -> SparkCleanResult:
+                           once: bool = False, recover_on_interrupt: bool = True) -> SparkCleanResult:
     """Clean every planned partition (`cleaner.oneshot.plan_clean`) in Spark tasks of the session `spark`, as
     `cleaner.oneshot.clean_planned` does on threads; `cleaner` is the broker-level settings. Checks the session's
     settings (`check_spark_conf`) and the executors' memory (`check_executor_memory`) first, raising
-    `SparkCleanUsageError`; a failed job raises `SparkCleanJobError`. Each summary's `directory` is the path as
+    `SparkCleanUsageError`; a failed job raises `SparkCleanJobError` once the driver has recovered the planned
+    partitions (`recover_planned`: no `.cleaned` or `.swap` file left of a killed task). Interrupted (Ctrl-C, an
+    exception raised by a signal handler) while the job runs, it cancels the job, recovers the partitions too
+    (unless `recover_on_interrupt` is false: the caller stops Spark and recovers them itself), and re-raises.
+    Each summary's `directory` is the path as
     planned; the tasks get it made absolute (an executor's working directory is not the driver's)."""
     sc = spark.sparkContext
     conf = _conf_of(spark)
@@ -315,15 +454,39 @@ def clean_planned_on_spark(spark, plan: list[PlannedPartition], cleaner: Cleaner
     from segments.spark.session import describe_spark_error
 
     sc.setJobDescription(f"logcleaner clean: {len(plan)} partition(s) in {len(groups)} task(s)")
+    job: dict[str, Any] = {}
+
+    def run_job() -> None:  # on a thread: the main thread waits where a signal can interrupt it, never in py4j's I/O
+        try:
+            job["results"] = dict(sc.parallelize(payload, len(payload)).flatMap(task).collect())
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            job["error"] = exc
+
+    runner = threading.Thread(target=run_job, name="logcleaner-spark-job", daemon=True)
     try:
-        results = dict(sc.parallelize(payload, len(payload)).flatMap(task).collect())
-    except (PySparkException, Py4JError) as exc:
-        raise SparkCleanJobError(f"the Spark job failed (each partition is as it was or cleaned): "
-                                 f"{describe_spark_error(exc)[0]}") from exc
+        runner.start()
+        while runner.is_alive():
+            runner.join(0.1)
+    except BaseException as interrupted:  # Ctrl-C, or the CLI's SIGTERM: the job cancelled, its partitions recovered
+        quiet_py4j()
+        with contextlib.suppress(Exception):
+            sc.cancelAllJobs()
+        if recover_on_interrupt and not dry_run:
+            if left := recover_planned(plan):
+                interrupted.add_note(f"not recovered: {'; '.join(left)}")
+        raise
     finally:
-        with contextlib.suppress(PySparkException, Py4JError):  # a session stopped under us
+        with contextlib.suppress(Exception):  # a session stopped under us
             sc.setJobDescription(None)
             settings.destroy()
+    error = job.get("error")
+    if isinstance(error, (PySparkException, Py4JError)):
+        left = [] if dry_run else recover_planned(plan)
+        raise SparkCleanJobError(f"the Spark job failed: {_without_spark_hints(describe_spark_error(error)[0])}; "
+                                 + after_failure(left)) from error
+    if error is not None:
+        raise error
+    results = job["results"]
     summaries = []
     for i, planned in enumerate(plan):
         if i not in results:
@@ -361,7 +524,7 @@ def clean_partitions(spark, paths: str | os.PathLike | Sequence[str | os.PathLik
     from .setting_use import refusal_for_clean, refusal_for_spark_clean
 
     if isinstance(paths, (str, bytes, os.PathLike)):  # one path, not a sequence of its characters
-        paths = [paths]  # type: ignore[list-item]
+        paths = [paths]
     paths = list(paths)
     overrides = {key: str(value) for key, value in (settings or {}).items()}
     for key in overrides:

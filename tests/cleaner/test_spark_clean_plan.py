@@ -6,6 +6,7 @@ The jobs themselves run in `tests/integration/test_spark_clean.py`."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -236,3 +237,56 @@ def test_a_clean_with_work_and_the_daemons_modules_never_load_pyspark(tmp_path, 
     assert "numba" in found["modules"]  # a round ran
     assert not [m for m in found["modules"] if m.split(".")[0] in ("pyspark", "py4j") or m.startswith(
         ("segments.spark", "cleaner.spark_clean"))]
+
+
+# ---- a job that did not finish: the driver recovers the partitions -------------------------------------------
+
+LEFTOVER_SUFFIXES = (".cleaned", ".swap")
+
+
+def _leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(LEFTOVER_SUFFIXES))
+
+
+def test_the_driver_recovers_what_a_killed_task_left_but_never_under_a_running_tasks_lock(tmp_path):
+    from cleaner.config_file import load_config
+    from cleaner.oneshot import plan_clean
+    from cleaner.spark_clean import after_failure, recover_planned
+
+    directory = tmp_path / "logs" / "t-0"
+    generate_partition(directory, WorkloadSpec(records=3000, keys=30, seed=1, segment_bytes=16 * 1024))
+    crashed = subprocess.run([sys.executable, "-m", "cleaner.cli", "clean", str(directory), "--set",
+                              "cleanup.policy=compact"], env={**os.environ,
+                                                              "LOGCLEANER_FAULT": "recopy.group_written@1"},
+                             capture_output=True, text=True, timeout=120)
+    assert crashed.returncode < 0, crashed.stderr
+    assert _leftovers(directory)
+    plan = plan_clean([directory], load_config(None, overrides={"cleanup.policy": "compact"}).settings,
+                      named=frozenset([directory]))
+    # a task still running holds the partition's cleaner lock: waited for, then reported, nothing touched
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom segments.partition.locks import "
+                               "PartitionLock, CLEANER_LOCK\nPartitionLock(sys.argv[1], CLEANER_LOCK).acquire()\n"
+                               "print('held', flush=True)\ntime.sleep(60)", str(directory)],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = _leftovers(directory)
+        left = recover_planned(plan, wait_s=0.3)
+        assert left == [f"{directory}: a task still holds its cleaner lock"]
+        assert _leftovers(directory) == before
+        assert after_failure(left).endswith("run the clean again to finish")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert recover_planned(plan, wait_s=5) == []
+    assert _leftovers(directory) == []
+    assert after_failure([]) == "each partition is as it was or cleaned: run the clean again to finish"
+
+
+def test_sparks_faulthandler_hint_is_left_out_of_the_one_line():
+    from cleaner.spark_clean import _without_spark_hints
+
+    said = ("Python worker exited unexpectedly (crashed). Consider setting "
+            "'spark.sql.execution.pyspark.udf.faulthandler.enabled' or'spark.python.worker.faulthandler.enabled' "
+            "configuration to 'true' for the better Python traceback.")
+    assert _without_spark_hints(said) == "Python worker exited unexpectedly (crashed)"

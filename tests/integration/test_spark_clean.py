@@ -347,3 +347,110 @@ def test_the_python_api_takes_a_str_or_a_path_as_one_path(spark, mixed, tmp_path
         rows = clean_partitions(spark, given, settings=SETTINGS, now_ms=NOW_MS, dry_run=True).collect()
         assert [(r.partition, r.directory, r.status) for r in rows] == [("mix-0", "logs/mix-0", "ok")]
     assert file_digests(tmp_path / "l") == before
+
+
+# ---- clean --spark interrupted, or its job failed: one line, and no leftovers when it returns -----------------
+
+
+def _marked_processes(mark: str) -> list[int]:
+    """The processes whose environment holds `mark` (the driver's children inherit it: the JVM, Python workers)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if mark.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass  # gone, or not ours
+    return found
+
+
+def _assert_no_process_left(mark: str) -> None:
+    deadline = time.monotonic() + 20
+    while (left := _marked_processes(mark)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:  # not to leave them to the other tests
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], "processes of the driver outlived it"
+
+
+def _start_throttled_clean(original: Path, logs: Path, mark: str) -> subprocess.Popen:
+    for name in ("mix-14", "mix-15"):  # 7 and 9 MB: at 5 MB/s a task is caught writing
+        shutil.copytree(original / name, logs / name)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cleaner.cli", "clean", str(logs), "--spark", "--master", "local[2]", *SET_ARGS,
+         "--set", "log.cleaner.io.max.bytes.per.second=5000000", "--now-ms", str(NOW_MS)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True,
+        env={**os.environ, "LOGCLEANER_TEST_MARK": mark})
+
+
+def _wait_for_cleaned(driver: subprocess.Popen, logs: Path) -> None:
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not list(logs.glob("*/*.cleaned")):
+        assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()[1][-2000:]
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def original(mixed) -> Path:
+    return mixed["original"]
+
+
+@pytest.mark.parametrize(("signum", "to_group", "returncode", "says"), [
+    (signal.SIGINT, True, 1, "Aborted!"),  # Ctrl-C in a terminal: the whole foreground group
+    (signal.SIGTERM, False, -signal.SIGTERM, ""),  # as clean ends on SIGTERM: by the signal, nothing said
+])
+def test_an_interrupted_clean_says_one_line_and_leaves_no_leftovers(original, tmp_path, signum, to_group,
+                                                                    returncode, says):
+    logs, mark = tmp_path / "logs", f"interrupted-{os.getpid()}-{signum}"
+    driver = _start_throttled_clean(original, logs, mark)
+    try:
+        _wait_for_cleaned(driver, logs)
+        if to_group:
+            os.killpg(driver.pid, signum)
+        else:
+            os.kill(driver.pid, signum)
+        out, err = driver.communicate(timeout=JOB_TIMEOUT_S)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert driver.returncode == returncode, err
+    assert err.strip() == says, err
+    assert leftovers(logs) == []
+    assert not verify_paths([logs]).problems
+    _assert_no_process_left(mark)
+
+
+def test_a_clean_interrupted_at_spark_start_up_leaves_no_jvm(original, tmp_path):
+    logs, mark = tmp_path / "logs", f"start-up-{os.getpid()}"
+    driver = _start_throttled_clean(original, logs, mark)
+    time.sleep(3)  # the JVM is starting
+    os.kill(driver.pid, signal.SIGINT)
+    out, err = driver.communicate(timeout=JOB_TIMEOUT_S)
+    assert driver.returncode == 1 and err.strip() == "Aborted!", err
+    _assert_no_process_left(mark)
+
+
+def test_a_failed_job_is_one_line_saying_what_to_do_and_leaves_no_leftovers(original, tmp_path):
+    """The task's Python workers SIGKILLed (local mode: no retry): the job fails, the driver recovers."""
+    logs, mark = tmp_path / "logs", f"failed-{os.getpid()}"
+    driver = _start_throttled_clean(original, logs, mark)
+    try:
+        _wait_for_cleaned(driver, logs)
+        for pid in _marked_processes(mark):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"pyspark.worker" in f.read():
+                    os.kill(pid, signal.SIGKILL)
+        out, err = driver.communicate(timeout=JOB_TIMEOUT_S)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert driver.returncode == 1, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("Error: the Spark job failed: ") and "faulthandler" not in err, err
+    assert err.strip().endswith("run the clean again to finish"), err
+    assert leftovers(logs) == []
+    _assert_no_process_left(mark)
