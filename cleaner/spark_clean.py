@@ -54,6 +54,7 @@ from typing import Any
 from . import launch
 from .errors import CleanerError
 from .oneshot import (
+    CleanRefusedError,
     PartitionOutcome,
     PlannedPartition,
     clean_partition,
@@ -516,8 +517,8 @@ def clean_partitions(spark, paths: str | os.PathLike | Sequence[str | os.PathLik
     (default: now). The job runs before this returns and the DataFrame holds its results: using it runs
     nothing again. Raises `cleaner.config_file.ConfigFileError` (a setting or file), `SparkCleanUsageError` (a
     setting `clean` refuses, speculation, the executors' memory) and `cleaner.oneshot.CleanRefusedError` (what
-    `clean` refuses: an unknown policy, a running broker, a partition in two log dirs), all before any
-    partition is touched; a path refused as a partition (a symbolic link) is a row with status `failed`."""
+    `clean` refuses: a path that is missing or not a directory, an unknown policy, a running broker, a partition
+    in two log dirs), all before any partition is touched; a path refused as a partition (a symbolic link) is a row with status `failed`."""
     from segments.files.pathcheck import find_partition_dirs
 
     from .config_file import load_config
@@ -526,6 +527,12 @@ def clean_partitions(spark, paths: str | os.PathLike | Sequence[str | os.PathLik
     if isinstance(paths, (str, bytes, os.PathLike)):  # one path, not a sequence of its characters
         paths = [paths]
     paths = list(paths)
+    for path in paths:  # as the command line refuses them (exit 2)
+        if not os.path.exists(path):
+            raise CleanRefusedError(f"{os.fspath(path)!s}: no such directory", exit_code=2)
+        if not os.path.isdir(path):
+            raise CleanRefusedError(f"{os.fspath(path)!s}: not a directory (a partition directory or a log dir of "
+                                    "them)", exit_code=2)
     overrides = {key: str(value) for key, value in (settings or {}).items()}
     for key in overrides:
         if (refusal := refusal_for_clean(key) or refusal_for_spark_clean(key)) is not None:

@@ -290,3 +290,17 @@ def test_sparks_faulthandler_hint_is_left_out_of_the_one_line():
             "'spark.sql.execution.pyspark.udf.faulthandler.enabled' or'spark.python.worker.faulthandler.enabled' "
             "configuration to 'true' for the better Python traceback.")
     assert _without_spark_hints(said) == "Python worker exited unexpectedly (crashed)"
+
+
+def test_the_python_api_refuses_a_missing_path_or_a_file_as_clean_does_before_spark(tmp_path):
+    from cleaner.config_file import ConfigFileError
+    from cleaner.oneshot import CleanRefusedError
+    from cleaner.spark_clean import clean_partitions
+
+    (tmp_path / "file").write_bytes(b"")
+    for path, says in ((tmp_path / "missing", "no such directory"), (tmp_path / "file", "not a directory")):
+        with pytest.raises(CleanRefusedError, match=says) as refused:
+            clean_partitions(None, [path], settings={"cleanup.policy": "compact"})  # no Spark is needed to refuse
+        assert refused.value.exit_code == 2 and str(path) in str(refused.value)
+    with pytest.raises(ConfigFileError):  # documented in docs/spark.md
+        clean_partitions(None, [tmp_path], settings={"no.such.setting": "1"})
