@@ -648,11 +648,22 @@ def _clean_on_spark(plan, cleaner, *, master: str, spark_conf: dict[str, str], s
     if as_json:
         click.echo(json.dumps({"total": total}))
     else:
-        click.echo(f"total: {total['partitions']} partition(s) in {total['tasks']} Spark task(s) on {master}, "
-                   f"{total['elapsed_s']:.1f} s (Spark start-up {total['spark_startup_s']:.1f} s): {total['ok']} ok, "
-                   f"{total['failed']} failed, {total['skipped']} skipped; {total['records_read']} records read, "
-                   f"{total['records_written']} written; {megabytes(total['size_before_bytes'])} -> "
-                   f"{megabytes(total['size_after_bytes'])}")
+        click.echo(_spark_total_line(total, dry_run=dry_run))
+
+
+def _spark_total_line(total: dict, *, dry_run: bool) -> str:
+    """The text total of `clean --spark`: the job's time (Spark's start-up apart), the statuses, the records and
+    bytes of the rounds, and the segments retention deleted; a dry run says "would"."""
+    would = "would be " if dry_run else ""
+    line = (f"total: {total['partitions']} partition(s) in {total['tasks']} Spark task(s) on {total['master']}, "
+            f"{total['elapsed_s']:.1f} s (after Spark's start-up, {total['spark_startup_s']:.1f} s): {total['ok']} ok, "
+            f"{total['failed']} failed, {total['skipped']} skipped; {total['records_read']} records read, "
+            f"{total['records_written']} {would}written; {megabytes(total['size_before_bytes'])} -> "
+            f"{megabytes(total['size_after_bytes'])}")
+    if total.get("segments_deleted"):
+        line += (f"; {'would delete' if dry_run else 'deleted'} {total['segments_deleted']} segment(s), "
+                 f"{megabytes(total['bytes_deleted'])}")
+    return line
 
 
 def _abort_spark_clean(spark, plan, console, *, dry_run: bool) -> None:

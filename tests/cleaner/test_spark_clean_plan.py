@@ -304,3 +304,16 @@ def test_the_python_api_refuses_a_missing_path_or_a_file_as_clean_does_before_sp
         assert refused.value.exit_code == 2 and str(path) in str(refused.value)
     with pytest.raises(ConfigFileError):  # documented in docs/spark.md
         clean_partitions(None, [tmp_path], settings={"no.such.setting": "1"})
+
+
+def test_the_text_total_shows_retentions_deletions_and_says_would_in_a_dry_run():
+    from cleaner.cli import _spark_total_line
+
+    total = {"partitions": 2, "tasks": 1, "master": "local[2]", "elapsed_s": 1.25, "spark_startup_s": 6.0, "ok": 2,
+             "failed": 0, "skipped": 0, "records_read": 0, "records_written": 0, "size_before_bytes": 0,
+             "size_after_bytes": 0, "segments_deleted": 3, "bytes_deleted": 3_000_000}
+    assert _spark_total_line(total, dry_run=False) == (
+        "total: 2 partition(s) in 1 Spark task(s) on local[2], 1.2 s (after Spark's start-up, 6.0 s): 2 ok, "
+        "0 failed, 0 skipped; 0 records read, 0 written; 0.00 MB -> 0.00 MB; deleted 3 segment(s), 3.00 MB")
+    dry = _spark_total_line(total, dry_run=True)
+    assert "0 records read, 0 would be written;" in dry and dry.endswith("; would delete 3 segment(s), 3.00 MB")
