@@ -587,6 +587,7 @@ def _clean_on_spark(plan, cleaner, *, master: str, spark_conf: dict[str, str], s
     from .spark_clean import (
         SparkCleanJobError,
         SparkCleanUsageError,
+        check_executor_memory_before_start,
         check_spark_conf,
         clean_planned_on_spark,
         quiet_py4j,
@@ -595,6 +596,7 @@ def _clean_on_spark(plan, cleaner, *, master: str, spark_conf: dict[str, str], s
 
     try:
         check_spark_conf(spark_conf)  # before Spark starts: a refused setting costs no JVM
+        check_executor_memory_before_start(spark_conf, master, cleaner)  # ... nor executors short of memory
     except SparkCleanUsageError as exc:
         raise OneLineUsageError(str(exc)) from None
     try:

@@ -69,7 +69,7 @@ from .settings import CleanerSettings
 __all__ = [
     "RECOVERY_WAIT_S", "RESULT_FIELDS", "TASK_BASE_BYTES", "SparkCleanJobError", "SparkCleanResult", "SparkCleanUsageError",
     "check_executor_memory",
-    "after_failure", "check_spark_conf", "clean_partitions", "clean_planned_on_spark", "kill_child_jvms", "plan_tasks",
+    "after_failure", "check_executor_memory_before_start", "check_spark_conf", "clean_partitions", "clean_planned_on_spark", "kill_child_jvms", "plan_tasks",
     "quiet_py4j", "recover_planned", "result_row", "session_conf",
 ]
 
@@ -231,6 +231,27 @@ def check_spark_conf(conf: Mapping[str, str]) -> None:
             "spark.speculation=true: clean --spark refuses speculative tasks (a copy of a task would clean the "
             "same partitions, waiting on the cleaner lock the original holds, and could end first with a failure "
             "that Spark keeps); leave spark.speculation false")
+
+
+def _spark_defaults_files() -> list[Path]:
+    """The `spark-defaults.conf` files a session started here would read (which may set the executors' memory)."""
+    dirs = [os.environ.get("SPARK_CONF_DIR"), os.path.join(os.environ["SPARK_HOME"], "conf")
+            if os.environ.get("SPARK_HOME") else None]
+    try:
+        import pyspark
+
+        dirs.append(os.path.join(os.path.dirname(pyspark.__file__), "conf"))
+    except ImportError:
+        pass  # get_session says so in one line
+    return [Path(d) / "spark-defaults.conf" for d in dirs if d and (Path(d) / "spark-defaults.conf").is_file()]
+
+
+def check_executor_memory_before_start(user_conf: Mapping[str, str], master: str, cleaner: CleanerSettings) -> None:
+    """`check_executor_memory` before Spark starts, when the settings and `user_conf` (--spark-conf) alone decide
+    it: no `spark-defaults.conf` could change the session's settings. A refusal then costs no JVM; the check made
+    on the session's own settings (`clean_planned_on_spark`) still runs."""
+    if not _spark_defaults_files():
+        check_executor_memory(session_conf(user_conf), master, launch.thread_map_bytes(_task_cleaner(cleaner)))
 
 
 def session_conf(user_conf: Mapping[str, str]) -> dict[str, str]:

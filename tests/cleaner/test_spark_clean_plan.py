@@ -317,3 +317,20 @@ def test_the_text_total_shows_retentions_deletions_and_says_would_in_a_dry_run()
         "0 failed, 0 skipped; 0 records read, 0 written; 0.00 MB -> 0.00 MB; deleted 3 segment(s), 3.00 MB")
     dry = _spark_total_line(total, dry_run=True)
     assert "0 records read, 0 would be written;" in dry and dry.endswith("; would delete 3 segment(s), 3.00 MB")
+
+
+def test_executors_short_of_memory_are_refused_before_spark_starts(logs, tmp_path):
+    """No Java here (JAVA_HOME without one): the refusal comes before any start is tried."""
+    env = {**os.environ, "JAVA_HOME": str(tmp_path), "SPARK_CONF_DIR": str(tmp_path)}
+    env.pop("SPARK_HOME", None)
+    done = subprocess.run([sys.executable, "-m", "cleaner.cli", "clean", str(logs), "--set", "cleanup.policy=compact",
+                           "--spark", "--master", "spark://127.0.0.1:1", "--spark-conf",
+                           "spark.executor.memoryOverhead=300m"], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("Error: log.cleaner.dedupe.buffer.size is per task with --spark"), done.stderr
+    assert "spark.executor.memoryOverhead" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    # a spark-defaults.conf may give the executors more: then only the session's own settings decide
+    (tmp_path / "spark-defaults.conf").write_text("spark.executor.memoryOverhead 4g\n")
+    done = subprocess.run(done.args, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1 and "JAVA_HOME" in done.stderr, done.stderr
