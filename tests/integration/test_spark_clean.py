@@ -21,6 +21,7 @@ and a dry run reports what `clean --dry-run` reports, changing nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -29,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -397,13 +399,23 @@ def original(mixed) -> Path:
     return mixed["original"]
 
 
+@pytest.fixture
+def mark(request) -> Iterator[str]:
+    """The environment mark of a test's driver; whatever carries it is killed at the end, the test failed or not."""
+    mark = f"{request.node.name}-{os.getpid()}-{time.monotonic_ns()}"
+    yield mark
+    for pid in _marked_processes(mark):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize(("signum", "to_group", "returncode", "says"), [
     (signal.SIGINT, True, 1, "Aborted!"),  # Ctrl-C in a terminal: the whole foreground group
     (signal.SIGTERM, False, -signal.SIGTERM, ""),  # as clean ends on SIGTERM: by the signal, nothing said
 ])
-def test_an_interrupted_clean_says_one_line_and_leaves_no_leftovers(original, tmp_path, signum, to_group,
+def test_an_interrupted_clean_says_one_line_and_leaves_no_leftovers(original, mark, tmp_path, signum, to_group,
                                                                     returncode, says):
-    logs, mark = tmp_path / "logs", f"interrupted-{os.getpid()}-{signum}"
+    logs = tmp_path / "logs"
     driver = _start_throttled_clean(original, logs, mark)
     try:
         _wait_for_cleaned(driver, logs)
@@ -423,8 +435,8 @@ def test_an_interrupted_clean_says_one_line_and_leaves_no_leftovers(original, tm
     _assert_no_process_left(mark)
 
 
-def test_a_clean_interrupted_at_spark_start_up_leaves_no_jvm(original, tmp_path):
-    logs, mark = tmp_path / "logs", f"start-up-{os.getpid()}"
+def test_a_clean_interrupted_at_spark_start_up_leaves_no_jvm(original, mark, tmp_path):
+    logs = tmp_path / "logs"
     driver = _start_throttled_clean(original, logs, mark)
     time.sleep(3)  # the JVM is starting
     os.kill(driver.pid, signal.SIGINT)
@@ -433,9 +445,9 @@ def test_a_clean_interrupted_at_spark_start_up_leaves_no_jvm(original, tmp_path)
     _assert_no_process_left(mark)
 
 
-def test_a_failed_job_is_one_line_saying_what_to_do_and_leaves_no_leftovers(original, tmp_path):
+def test_a_failed_job_is_one_line_saying_what_to_do_and_leaves_no_leftovers(original, mark, tmp_path):
     """The task's Python workers SIGKILLed (local mode: no retry): the job fails, the driver recovers."""
-    logs, mark = tmp_path / "logs", f"failed-{os.getpid()}"
+    logs = tmp_path / "logs"
     driver = _start_throttled_clean(original, logs, mark)
     try:
         _wait_for_cleaned(driver, logs)
