@@ -334,6 +334,7 @@ def decide_window(
         for j in range(scalars[DECIDE_LOOKUPS]):
             r = lookup[j]
             is_latest[r] = 1 if offsets[r] >= found[j] else 0
+        # Data records first: whether a marker may go depends on the data batches its transaction keeps.
         invalid = 0
         for b in range(n):
             kept[b] = 0
@@ -373,7 +374,8 @@ def decide_window(
             marker_discardable[b] = control and records_count[b] == 0
         if python:
             return DECIDE_MARKERS
-    # phase 2: the markers, then the actions
+    # phase 2: the markers, then the actions. In a partial round no marker goes: what it commits or aborts may
+    # lie in an older generation.
     for r in range(offsets.size):
         b = batch_index[r]
         if (_is_control(magic[b], attributes[b]) and not partial and marker_discardable[b] and horizon[b] >= 0

@@ -156,9 +156,9 @@ class _MapFiller:
 
 def _hashed_windows(segments, survey: LogSurvey, first_dirty: int, first_uncleanable: int, seed: int, ring: WindowRing,
                     charge_io: Callable[[int], None] | None = None):
-    """(k, scan result, offsets of the records to index, their h1, h2) per window of the dirty section, then (k, None, ...)
-    once segment k is done; runs on the read-ahead thread (charges each read to `charge_io` before it, reads,
-    scans and hashes, all outside the GIL)."""
+    """(k, scan result, offsets of the records to index, their h1, h2) per window of the dirty section, then
+    (k, None, ...) once segment k is done; runs on the read-ahead thread (charges each read to `charge_io` before
+    it, reads, scans and hashes, all outside the GIL)."""
     for k, segment in enumerate(segments):
         # The offset index is consulted only to start inside a segment (after a round that filled its map); a
         # section that starts at a segment's base reads it from its first byte and never trusts a derived file.

@@ -243,8 +243,9 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
             found = _map_offsets(result, ctx, lookup[: int(scalars[kern.DECIDE_LOOKUPS])])
             phase = 1
         elif status == kern.DECIDE_MARKERS:
-            control = result.is_control
-            discardable = _markers_discardable(result, ctx, ~control & ((kept > 0) | retain_empty))
+            # An empty header kept for its producer is data still: without its marker it would read as an open
+            # transaction.
+            discardable = _markers_discardable(result, ctx, ~result.is_control & ((kept > 0) | retain_empty))
             phase = 2
         else:
             return action, keep, needs_horizon, int(scalars[kern.DECIDE_INVALID])
