@@ -119,6 +119,17 @@ def test_no_caller_sets_up_a_round_beside_the_launch_path(module):
     assert made == [], f"an offset map made outside cleaner.launch: {path.name} lines {made}"
 
 
+def _clean_four_partitions_on_four_threads(tmp_path) -> None:
+    """`clean LOGDIR` of four generated partitions with `log.cleaner.threads=4`: every one cleaned."""
+    logs = tmp_path / "logs"
+    for p in range(4):
+        generate_partition(logs / f"t-{p}", SPEC)
+    result = CliRunner().invoke(main, ["clean", "--json", "--set", "cleanup.policy=compact", "--set",
+                                       "log.cleaner.threads=4", "--now-ms", str(NOW), str(logs)])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["status"] for line in result.output.splitlines()] == ["ok"] * 4
+
+
 @pytest.mark.parametrize("cores", [1, 2])
 def test_no_more_rounds_run_at_once_than_the_process_has_cores(tmp_path, monkeypatch, cores):
     """`clean LOGDIR` on 4 threads: at most `cores` rounds in flight at any moment (`launch.CORES`), and with
@@ -142,13 +153,7 @@ def test_no_more_rounds_run_at_once_than_the_process_has_cores(tmp_path, monkeyp
                 in_flight[0] -= 1
 
     monkeypatch.setattr(launch, "clean_round", counted_round)
-    logs = tmp_path / "logs"
-    for p in range(4):
-        generate_partition(logs / f"t-{p}", SPEC)
-    result = CliRunner().invoke(main, ["clean", "--json", "--set", "cleanup.policy=compact", "--set",
-                                       "log.cleaner.threads=4", "--now-ms", str(NOW), str(logs)])
-    assert result.exit_code == 0, result.output
-    assert [json.loads(line)["status"] for line in result.output.splitlines()] == ["ok"] * 4
+    _clean_four_partitions_on_four_threads(tmp_path)
     assert most[0] == cores
 
 
@@ -180,11 +185,5 @@ def test_threads_past_the_cores_do_not_open_partitions_beside_the_rounds(tmp_pat
                 open_now[0] -= 1
 
     monkeypatch.setattr(oneshot.PartitionLog, "open", counted_open)
-    logs = tmp_path / "logs"
-    for p in range(4):
-        generate_partition(logs / f"t-{p}", SPEC)
-    result = CliRunner().invoke(main, ["clean", "--json", "--set", "cleanup.policy=compact", "--set",
-                                       "log.cleaner.threads=4", "--now-ms", str(NOW), str(logs)])
-    assert result.exit_code == 0, result.output
-    assert [json.loads(line)["status"] for line in result.output.splitlines()] == ["ok"] * 4
+    _clean_four_partitions_on_four_threads(tmp_path)
     assert most[0] == cores
