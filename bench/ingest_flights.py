@@ -28,8 +28,8 @@ first appeared after the ingest started.
 `--code DIR` (repeatable) measures the code of other checkouts of this repository (a `git worktree` of an older
 commit, say) with this script: the children run with DIR first on PYTHONPATH (Spark's workers inherit it) and
 their bytecode compiled once into a temporary PYTHONPYCACHEPREFIX, and the runs of each case alternate between
-the checkouts, so both see the machine's load alike. `--digest` instead prints the sha256 of the output tree of
-one ingest per case and checkout with a fixed timestamp column (flights: `time_hour`; the others get one), so
+the checkouts, so both see the machine's load alike. `--digest` instead prints the sha256 of the partition directories (and of each
+of the log dir's own files) written by one ingest per case and checkout with a fixed timestamp column (flights: `time_hour`; the others get one), so
 the outputs of two versions can be compared byte for byte. A benchmark measures; it never asserts a time.
 Inputs are generated under `--data-dir` (default bench/data/, kept between runs unless `--clean`).
 
@@ -205,13 +205,23 @@ def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def tree_digest(root: Path) -> str:
+def tree_digest(root: Path, paths: list[Path]) -> str:
+    """sha256 over the names (relative to `root`) and contents of `paths`, in name order."""
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
+    for path in sorted(paths):
         digest.update(str(path.relative_to(root)).encode() + b"\0")
         if path.is_file():
             digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
+
+
+def output_digests(root: Path) -> dict:
+    """The digest of the partition directories (every file in them: segments, indexes, partition files) and,
+    apart, the log dir's own files by name (checkpoints), each with the digest of its content."""
+    partitions = [p for d in root.iterdir() if d.is_dir() for p in d.rglob("*")]
+    return {"partitions": tree_digest(root, partitions), "files": sum(1 for p in partitions if p.is_file()),
+            "log_dir": {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:12] for p in sorted(root.iterdir())
+                        if p.is_file()}}
 
 
 def run_child(case: str, master: str, data_dir: Path, binary_rows: int) -> dict:
@@ -279,7 +289,7 @@ def digest_child(case: str, master: str, data_dir: Path, binary_rows: int) -> di
             pq.write_table(table, source, row_group_size=max(1, len(table) // COPIES))
             args["timestamp_column"] = "ts"
         ingest(spark, str(source), topic=case, partitions=PARTITIONS[case], output=str(work / "out"), **args)
-        return {"digest": tree_digest(work / "out"), "files": sum(1 for p in (work / "out").rglob("*") if p.is_file())}
+        return output_digests(work / "out")
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -379,7 +389,8 @@ def main() -> None:
             if args.digest:
                 for code in codes:
                     found = child(case, args, "digest", code)
-                    print(f"{case} ({code}): sha256 {found['digest']} ({found['files']} files)", flush=True)
+                    print(f"{case} ({code}): partition directories sha256 {found['partitions']} ({found['files']} "
+                          f"files); log dir files: {found['log_dir']}", flush=True)
                 continue
             for code in codes:  # untimed: inputs made, page cache, bytecode and numba caches warm
                 child(case, args, "run", code)
