@@ -418,10 +418,13 @@ def _job_timings(reports: list[dict], submitted: float, done: float) -> dict[str
 
 class _WarmUp:
     """What the first job of a session would otherwise wait for, started on threads of this process while
-    Spark reads the source's schema: a job of one tiny task per core (`defaultParallelism`) that starts the
-    Python workers and loads the encoder's kernels in them (workers are reused, `spark.python.worker.reuse`,
-    so the ingest's tasks find them ready; once per SparkContext), and here the scan kernels the commit checks
-    the pieces with. A failure of either is left to the real job to meet and report.
+    Spark reads the source's schema: a job of one tiny task that starts a Python worker and loads the encoder's
+    kernels in it (workers are reused, `spark.python.worker.reuse`, so the ingest's first task finds it ready;
+    once per SparkContext), and here the scan kernels the commit checks the pieces with. A failure of either is
+    left to the real job to meet and report. One worker, not one per core: a worker's start takes about a
+    second of a core (imports, LLVM), and more of them at once take the cores the JVM's own cold start needs
+    (on the 2-core benchmark machine the first job of the flights table took ~1-2 s longer with two); a job's
+    further concurrent tasks start theirs while the first one works.
 
     The warm-up is an RDD job: a session's first DataFrame waits for its SQL state to be built (seconds, in a
     fresh JVM), an RDD job does not. Spark keeps one pool of Python workers per environment, and a DataFrame's
@@ -446,8 +449,7 @@ class _WarmUp:
     def _start_workers(spark) -> None:
         try:
             context = spark.sparkContext
-            cores = max(1, context.defaultParallelism)
-            rdd = context.parallelize(range(cores), cores).mapPartitions(_warm_partition)
+            rdd = context.parallelize([0], 1).mapPartitions(_warm_partition)
             environment = context.environment
             added = {k: v for k, v in _dataframe_worker_environment(context).items() if k not in environment}
             environment.update(added)

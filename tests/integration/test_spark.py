@@ -74,9 +74,11 @@ def test_parquet_ingest_puts_every_row_in_kafkas_partition_in_input_order(spark,
                     value_column="payload", timestamp_column="ts", output=str(tmp_path / "logs"),
                     records_per_batch=64, segment_bytes=32 * 1024, compression="lz4")
     assert result.total_records == len(rows)
-    # 6 tasks on 2 cores, and none started a Python worker of its own: the first ingest of a session warms
-    # them (an RDD job given a DataFrame function's worker environment, so both draw from one pool of workers)
-    assert result.cold_tasks == 0
+    # The first task found its Python worker with the kernels loaded: the first ingest of a session warms one
+    # (an RDD job given a DataFrame function's worker environment, so both draw from one pool of workers;
+    # without, loading them takes the task a good part of a second). Of 6 tasks on 2 cores, at most the
+    # other first one started a worker of its own.
+    assert result.timings_s["kernels"] < 0.05 and result.cold_tasks <= 1
     for p in range(5):
         expected = [(r["id"].encode(), r["payload"], int(r["ts"].timestamp() * 1000)) for r in rows
                     if kafka_partition(r["id"].encode(), 5) == p]
@@ -113,7 +115,7 @@ def test_ingest_counts_null_keys_in_every_task_and_refuses_or_drops_them(spark, 
     parts = result.timings_s  # the run's parts, each inside the ingest's wall time
     assert {"plan", "worker_start", "kernels", "rows", "job_end", "commit"} <= set(parts)
     assert all(s >= 0 for s in parts.values()) and sum(parts.values()) <= result.write_s + 0.05
-    assert result.cold_tasks == 0  # every task found a Python worker with our code loaded (warmed, or reused)
+    assert result.timings_s["kernels"] < 0.05 and result.cold_tasks <= 1  # see the test above
 
 
 def test_data_source_round_trip_of_headers_nulls_and_timestamps_across_tasks(spark, tmp_path):
