@@ -15,7 +15,10 @@ Every run of a case is a fresh child process, as a `logcleaner ingest` command i
 data source registration) timed apart; then the *first* ingest of the session (what the command pays: cold
 JVM, Python workers started, compiled kernels loaded); then Spark's own sinks on the same DataFrame the ingest
 writes (`noop`: read and convert, write nothing, the floor any sink pays; Spark's Parquet writer); then a
-*second* ingest in the same session (workers and JVM warm: the cost per row without the fixed costs). The
+*second* ingest in the same session (workers and JVM warm: the cost per row without the fixed costs). Two
+more fresh processes per run give Spark's own cost of a session's first job on the same frame: the `noop` sink,
+and a do-nothing Python function fed the rows as Arrow batches (`mapInArrow`, one Python worker started); what
+the first ingest pays beyond them is the ingest's own fixed cost. The
 ingest is `segments.spark.ingest.ingest`, the code behind `logcleaner ingest`, with the command's defaults (1000
 records per batch, no compression). Rows/s and MB/s are over the ingest call's wall time (payload MB/s: key +
 value bytes written; output MB/s: segment bytes); figures are the median of `--runs` runs (min-max after).
@@ -267,6 +270,34 @@ def run_child(case: str, master: str, data_dir: Path, binary_rows: int) -> dict:
     return out
 
 
+def _count_rows(batches):
+    """A do-nothing Python function for `mapInArrow`: the floor of any job that hands its rows to Python."""
+    import pyarrow as pa
+
+    rows = sum(batch.num_rows for batch in batches)
+    yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+
+def first_job_child(case: str, master: str, data_dir: Path, binary_rows: int, job: str) -> dict:
+    """Spark's own cost of a session's *first* job on the same frame the ingest writes (a fresh process, as the
+    first ingest has): `noop`, the sink that writes nothing, or `python`, a do-nothing function fed the rows in
+    Arrow batches (one Python worker start included). What the first ingest pays beyond these is ours."""
+    from segments.spark import get_session
+
+    spark = get_session(master, app_name=f"ingest-bench-first-{job}", conf={"spark.ui.showConsoleProgress": "false"})
+    source, args = case_input(case, data_dir, spark, binary_rows)
+    try:
+        started = time.perf_counter()
+        frame = sink_frame(spark, source, args)
+        if job == "noop":
+            frame.write.format("noop").mode("overwrite").save()
+        else:
+            frame.mapInArrow(_count_rows, "rows long").collect()
+        return {"first_s": time.perf_counter() - started}
+    finally:
+        spark.stop()
+
+
 def digest_child(case: str, master: str, data_dir: Path, binary_rows: int) -> dict:
     """sha256 of the output of one ingest of `case` with a fixed timestamp column."""
     import numpy as np
@@ -323,7 +354,7 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
     return fmt.format(med) + (f" ({fmt.format(min(values))}-{fmt.format(max(values))})" if len(values) > 1 else "")
 
 
-def report(case: str, code: Path, runs: list[dict]) -> None:
+def report(case: str, code: Path, runs: list[dict], floors: dict[str, list[float]]) -> None:
     rows = runs[0]["records"]
     payload = runs[0]["payload_bytes"]
     output = runs[0]["segment_bytes"]
@@ -340,6 +371,11 @@ def report(case: str, code: Path, runs: list[dict]) -> None:
         med = statistics.median(seconds)
         out_rate = "-" if out_bytes is None else f"{out_bytes / med / 1e6:.0f}"
         print(f"| {name} | {spread(seconds)} | {rows / med / 1e3:,.0f} k | {payload / med / 1e6:.0f} | {out_rate} |")
+    first = statistics.median(r["first_s"] for r in runs)
+    noop, python = (statistics.median(floors[job]) for job in ("noop", "python"))
+    print(f"\nSpark's own first job of a fresh session on the same frame: noop sink {spread(floors['noop'])} s; a "
+          f"do-nothing Python function (mapInArrow) {spread(floors['python'])} s. The first ingest pays "
+          f"{first - noop:.2f} s more than the noop job, {first - python:.2f} s more than the Python function.")
     kinds = sorted({k for r in runs for k in r["workers_first_seen_s"]})
     if kinds:
         print("\nPython worker processes of the first job (first seen, s after the ingest call; processes): "
@@ -370,8 +406,12 @@ def main() -> None:
     args.data_dir = args.data_dir.resolve()
     args.data_dir.mkdir(parents=True, exist_ok=True)
     if args.child:  # the measured checkout's code comes first on PYTHONPATH (child_env)
-        fn = digest_child if args.mode == "digest" else run_child
-        print(json.dumps(fn(args.child, args.master, args.data_dir, args.binary_rows)))
+        if args.mode.startswith("first-"):
+            found = first_job_child(args.child, args.master, args.data_dir, args.binary_rows, args.mode[6:])
+        else:
+            fn = digest_child if args.mode == "digest" else run_child
+            found = fn(args.child, args.master, args.data_dir, args.binary_rows)
+        print(json.dumps(found))
         return
     cases = [c for c in args.cases.split(",") if c]
     unknown = set(cases) - set(CASES)
@@ -395,11 +435,14 @@ def main() -> None:
             for code in codes:  # untimed: inputs made, page cache, bytecode and numba caches warm
                 child(case, args, "run", code)
             runs: dict[Path, list[dict]] = {code: [] for code in codes}
+            floors: dict[str, list[float]] = {"noop": [], "python": []}
             for _ in range(args.runs):
                 for code in codes:
                     runs[code].append(child(case, args, "run", code))
+                for job, seconds in floors.items():  # Spark's own, whichever code: the first code's environment
+                    seconds.append(child(case, args, f"first-{job}", codes[0])["first_s"])
             for code in codes:
-                report(case, code, runs[code])
+                report(case, code, runs[code], floors)
             print(f"\nload average after {case}: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     finally:
         pycache.cleanup()
