@@ -142,7 +142,7 @@ def sink_frame(spark, source: Path, args: dict):
     if args.get("null_keys") == "drop":
         df = df.where(key.isNotNull())
     if args.get("value_format") == "json":
-        value = F.to_json(F.struct(*[F.col(c) for c in df.columns]))
+        value = F.to_json(F.struct(*[F.col(c) for c in df.columns]), {"ignoreNullFields": "false"})  # as ingest
     else:
         value = F.col(args["value_column"])
     return df.select(key.cast("binary").alias("key"), value.cast("binary").alias("value"))

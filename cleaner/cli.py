@@ -669,15 +669,26 @@ def _spark_total_line(total: dict, *, dry_run: bool) -> str:
 
 
 def _abort_spark_clean(spark, plan, console, *, dry_run: bool) -> None:
-    """`clean --spark` interrupted (Ctrl-C, SIGTERM), at start-up or while the job runs: the job cancelled, the
-    session stopped and the JVM killed (also one whose start was cut short), then each planned partition
-    recovered on the driver under its lock (`cleaner.spark_clean.recover_planned`), so that no `.cleaned` or
-    `.swap` file is left when the command returns. A further signal meanwhile is ignored: this is bounded."""
+    """`clean --spark` interrupted (Ctrl-C, SIGTERM), at start-up or while the job runs: Spark stopped
+    (`_stop_spark_now`), then each planned partition recovered on the driver under its lock
+    (`cleaner.spark_clean.recover_planned`), so that no `.cleaned` or `.swap` file is left when the command
+    returns."""
+    from .spark_clean import after_failure, recover_planned
+
+    _stop_spark_now(spark, console)
+    if not dry_run and (left := recover_planned(plan)):
+        click.echo(f"Error: interrupted; {after_failure(left)}", err=True)
+
+
+def _stop_spark_now(spark, console) -> None:
+    """A Spark command interrupted (Ctrl-C, SIGTERM), at start-up or while its job runs: the jobs cancelled, the
+    session stopped and the JVM killed (also one whose start was cut short), so that no task writes after this
+    returns. Further signals are ignored from here on (the caller finishes its clean-up and ends): bounded."""
     import contextlib
     import signal
     import threading
 
-    from .spark_clean import after_failure, kill_child_jvms, quiet_py4j, recover_planned
+    from segments.spark.session import kill_child_jvms, quiet_py4j
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -694,8 +705,6 @@ def _abort_spark_clean(spark, plan, console, *, dry_run: bool) -> None:
         stopping.start()
         stopping.join(10.0)  # a JVM that does not stop in time is killed below all the same
     kill_child_jvms()
-    if not dry_run and (left := recover_planned(plan)):
-        click.echo(f"Error: interrupted; {after_failure(left)}", err=True)
 
 
 class _Terminated(BaseException):
@@ -816,12 +825,15 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
     cannot be (source, column, format, option, partition count), 1 when the data or Spark fails (null keys,
     an unreadable input, a failed task, no Java); a failed ingest leaves the output as it was.
     """
+    import signal
     import time
 
     from segments.files.pathcheck import describe_os_error
     from segments.spark import JvmConsole, SparkUnavailableError, get_session, stop_session
+    from segments.spark.bulk_write import abort_job, missing_dirs, new_job_id
     from segments.spark.ingest import IngestUsageError, check_ingest
     from segments.spark.ingest import ingest as run_ingest
+    from segments.spark.session import quiet_py4j
 
     if (value_column is None) == (value_format is None):
         raise OneLineUsageError("give exactly one of --value-column or --value-format json")
@@ -848,34 +860,53 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
     except OSError as exc:
         raise OneLineUsageError(f"--spark-log: {describe_os_error(exc)}") from None
     console = JvmConsole(progress=sys.stderr if sys.stderr.isatty() else None, log_file=log_file)
+    quiet_py4j()  # a Ctrl-C or a lost JVM is said in one line, not in py4j's tracebacks
+    job_id, created = new_job_id(), missing_dirs(output)
     started = time.perf_counter()
+    spark = None
+    previous_sigint = signal.getsignal(signal.SIGINT)
     try:
-        try:
-            spark = get_session(master, app_name=f"logcleaner ingest {topic}", console=console)
-        except SparkUnavailableError as exc:
-            raise click.ClickException(one_line(str(exc))) from None
-        startup_s = time.perf_counter() - started
-        try:
-            result = run_ingest(
-                spark, source, key_column=key_column, timestamp_column=timestamp_column, compression=compression,
-                records_per_batch=records_per_batch, segment_bytes=segment_bytes, read_options=options, **request,
-            )
-        except IngestUsageError as exc:
-            raise OneLineUsageError(str(exc)) from None
-        except SegmentError as exc:  # IngestError, NullKeyError, a partition that cannot be read
-            raise click.ClickException(one_line(str(exc))) from None
-        except OSError as exc:
-            raise click.ClickException(describe_os_error(exc)) from None
-        finally:
-            console.end_progress()
-            stop_session(spark)
+        # Ctrl-C or SIGTERM: the job cancelled, Spark stopped (its JVM killed), the staging removed, then the
+        # command ends as `clean` does ("Aborted!" for Ctrl-C, the signal's own status for SIGTERM).
+        with _SigtermStopsCleaning():
+            try:
+                try:
+                    spark = get_session(master, app_name=f"logcleaner ingest {topic}", console=console)
+                except SparkUnavailableError as exc:
+                    raise click.ClickException(one_line(str(exc))) from None
+                # pyspark's own SIGINT handler talks to the JVM inside the handler; Python's raises KeyboardInterrupt
+                signal.signal(signal.SIGINT, signal.SIG_IGN if previous_sigint == signal.SIG_IGN
+                              else signal.default_int_handler)
+                startup_s = time.perf_counter() - started
+                try:
+                    result = run_ingest(
+                        spark, source, key_column=key_column, timestamp_column=timestamp_column,
+                        compression=compression, records_per_batch=records_per_batch, segment_bytes=segment_bytes,
+                        read_options=options, job_id=job_id, **request,
+                    )
+                except IngestUsageError as exc:
+                    raise OneLineUsageError(str(exc)) from None
+                except SegmentError as exc:  # IngestError, NullKeyError, a partition that cannot be read
+                    raise click.ClickException(one_line(str(exc))) from None
+                except OSError as exc:
+                    raise click.ClickException(describe_os_error(exc)) from None
+            except (KeyboardInterrupt, _Terminated):
+                _stop_spark_now(spark, console)
+                spark = None
+                abort_job(output, job_id, created_dirs=created)  # what a task wrote before Spark stopped
+                raise
+            finally:
+                console.end_progress()
+                if spark is not None:
+                    stop_session(spark)
     finally:
+        signal.signal(signal.SIGINT, previous_sigint)
         console.close()
     mb = result.total_bytes / MB
     dropped = (f" ({result.null_key_rows_dropped} of {result.rows_read} rows dropped: null key column {key_column!r})"
-               if null_keys == "drop" else "")
+               if result.null_key_rows_dropped else "")
     click.echo(
-        f"ingested {result.total_records} records into {partitions} partitions of {topic!r} in {output}{dropped}: "
+        f"ingested {result.total_records} records into {partitions} partition(s) of {topic!r} in {output}{dropped}: "
         f"{megabytes(result.total_bytes)} in {result.write_s:.1f} s ({result.total_records / max(result.write_s, 1e-9):,.0f} records/s, "
         f"{mb / max(result.write_s, 1e-9):.1f} MB/s; Spark start-up {startup_s:.1f} s)"
     )

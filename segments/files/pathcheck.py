@@ -34,7 +34,10 @@ from .names import parse_segment_file_name
 __all__ = [
     "PARTITION_MAX",
     "RefusedPath",
+    "STAGING_PREFIX",
+    "STAGING_SUFFIX",
     "TOPIC_NAME_CHARS_MAX",
+    "topic_name_problem",
     "check_not_link",
     "check_partition_dir",
     "check_regular_fd",
@@ -64,6 +67,10 @@ _PARTITION = re.compile(r"0|[1-9][0-9]*")
 # Kafka's directories of a partition being deleted, moved between log dirs, or left over (KIP-858).
 _KAFKA_NON_PARTITION = re.compile(r"[A-Za-z0-9._-]+-[0-9]+\.[A-Za-z0-9]+-(delete|future|stray)")
 _NON_PARTITION_NAMES = frozenset({"lost+found"})  # fsck's directory at the root of an ext* filesystem
+# A bulk ingest's staging area, `<log dir>/.logsegments-staging-<job>.tmp/` (`segments.spark.bulk_write`): not a
+# partition, and not worth a warning while the ingest runs; one a killed ingest left is removed by hand.
+STAGING_PREFIX = ".logsegments-staging-"
+STAGING_SUFFIX = ".tmp"
 
 
 def partition_dir_name_problem(name: str) -> str | None:
@@ -77,6 +84,14 @@ def partition_dir_name_problem(name: str) -> str | None:
         return f"partition {partition} is larger than {PARTITION_MAX}"
     if not topic:
         return "the topic before the last '-' is empty"
+    return topic_name_problem(topic)
+
+
+def topic_name_problem(topic: str) -> str | None:
+    """Why Kafka would refuse `topic` as a topic name (one line), or None if it is valid: 1 to 249 ASCII
+    letters, digits, '.', '_' and '-', and not '.' or '..' (Kafka's `Topic.validate`)."""
+    if not topic:
+        return "the topic is empty"
     if len(topic) > TOPIC_NAME_CHARS_MAX:
         return f"the topic is {len(topic)} characters long; Kafka allows at most {TOPIC_NAME_CHARS_MAX}"
     if topic in (".", ".."):
@@ -96,7 +111,8 @@ def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
 
 def is_known_non_partition_dir(name: str) -> bool:
     """Kafka's `-delete`/`-future`/`-stray` directories and `lost+found`: not partitions, not worth a warning."""
-    return name in _NON_PARTITION_NAMES or _KAFKA_NON_PARTITION.fullmatch(name) is not None
+    return (name in _NON_PARTITION_NAMES or _KAFKA_NON_PARTITION.fullmatch(name) is not None
+            or (name.startswith(STAGING_PREFIX) and name.endswith(STAGING_SUFFIX)))
 
 
 def check_not_link(path: str | os.PathLike) -> os.stat_result:

@@ -524,6 +524,15 @@ class LogSegment:
     def index_full(self) -> bool:
         return self.offset_index.is_full or self.time_index.is_full
 
+    def index_room(self) -> int:
+        """How many more entries both indexes take (the smaller of the two)."""
+        return min(self.offset_index.entries_max - self.offset_index.entries,
+                   self.time_index.entries_max - self.time_index.entries)
+
+    def index_capacity(self) -> int:
+        """How many entries both indexes take when empty (the smaller of the two)."""
+        return min(self.offset_index.entries_max, self.time_index.entries_max)
+
     def finalise(self) -> None:
         """Make the segment inactive: final time-index entry, flush and fsync every file.
 

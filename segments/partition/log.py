@@ -61,7 +61,8 @@ from .locks import CLEANER_LOCK, SWAP_LOCK, WRITER_LOCK, LogDirLock, PartitionLo
 from .recovery import LeftoverPlan, plan_leftover_recovery, recover_leftovers
 
 __all__ = [
-    "LogConfig", "PartitionLog", "parse_partition_dir_name", "update_log_dir_checkpoint", "AppendInfo", "IndexRebuild",
+    "CHECKPOINT_LOCK", "LogConfig", "PartitionLog", "parse_partition_dir_name", "update_log_dir_checkpoint", "AppendInfo",
+    "IndexRebuild",
     "Mode",
 ]
 
@@ -73,7 +74,7 @@ LOG_DIR_CHECKPOINTS = (
     CLEANER_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
     SURVIVORSHIP_CHECKPOINT,
 )
-_CHECKPOINT_LOCK = ".logcleaner-checkpoints.lock"  # in the log dir root; guards read-modify-write of checkpoints
+CHECKPOINT_LOCK = ".logcleaner-checkpoints.lock"  # in the log dir root; guards read-modify-write of checkpoints
 _LOCK_TIMEOUT_S_DEFAULT = 30.0
 _FETCH_BYTES_DEFAULT = 1024 * 1024
 _DIR_MTIME_TICK_NS = 20_000_000  # coarsest directory timestamp tick allowed for (a jiffy at HZ=100 is 10 ms)
@@ -182,7 +183,7 @@ def update_log_dir_checkpoint(
     see `update_offset_checkpoint`.
     """
     root = Path(log_dir)
-    with PartitionLock(root, _CHECKPOINT_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT):
+    with PartitionLock(root, CHECKPOINT_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT):
         if offset is None:
             update_offset_checkpoint(root / name, {}, removals=[key], file_ops=file_ops, hint=hint)
         else:
@@ -196,7 +197,7 @@ def remove_stale_checkpoint_temps(log_dir: str | os.PathLike, *, file_ops: FileO
     stale = [root / (name + ".tmp") for name in LOG_DIR_CHECKPOINTS]
     if not any(p.exists() for p in stale):
         return
-    with PartitionLock(root, _CHECKPOINT_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT):
+    with PartitionLock(root, CHECKPOINT_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT):
         for path in stale:
             file_ops.remove(path)
 
@@ -563,8 +564,11 @@ class PartitionLog:
         """Append v2 batches, assigning offsets from the log end (as a broker does).
 
         Each batch is validated (CRC, framing, records) and gets baseOffset = the next offset; its
-        lastOffsetDelta is kept. Only the writer may append. Raises `CorruptRecordError` for an invalid
-        batch (nothing is written), `ValueError` for a batch over `max.message.bytes`.
+        lastOffsetDelta is kept. The indexes get the entries of Kafka's per-append rule applied to each batch
+        (`LogSegment.append_batches`, the index build rule), not one entry for the whole append: a bulk append
+        of many batches is indexed as if a producer had sent them one by one. Only the writer may append.
+        Raises `CorruptRecordError` for an invalid batch (nothing is written), `ValueError` for a batch over
+        `max.message.bytes` or an append with more index entries than an empty index holds.
         """
         # numba (the scan's kernels) is imported only when a scan runs: start-up of the CLI stays fast
         from ..codec.scan import scan as scan_buffer
@@ -594,13 +598,17 @@ class PartitionLog:
                 fmt.PREFIX.pack_into(buf, pos, next_offset, fmt.PREFIX.unpack_from(buf, pos)[1])
                 next_offset += delta + 1
             last = next_offset - 1
+            last_offsets = first + np.cumsum(deltas + 1) - 1  # each batch's last offset after reassignment
             max_ts = result.max_timestamp
-            i = int(np.argmax(max_ts))
-            max_timestamp = int(max_ts[i])
-            shallow = first + int(deltas[: i + 1].sum()) + i  # last offset of batch i after reassignment
-            self._maybe_roll(len(buf), max_timestamp, last)
+            max_timestamp = int(max_ts.max())
+            # an entry needs more than index.interval.bytes appended since the one before it
+            entries = min(result.n_batches, len(buf) // (self.config.index_interval_bytes + 1) + 1)
+            if entries > (capacity := self._segments[-1].index_capacity()):
+                raise ValueError(f"an append of {result.n_batches} batches may need {entries} index entries; an "
+                                 f"empty index holds {capacity} (segment.index.bytes): append fewer at once")
+            self._maybe_roll(len(buf), max_timestamp, last, incoming_entries=entries)
             active = self._segments[-1]
-            position = active.append(buf, largest_offset=last, max_timestamp=max_timestamp, shallow_offset=shallow)
+            position = active.append_batches(memoryview(buf), result.batch_position, last_offsets, max_ts)
             if self._rolling_timestamp == fmt.NO_TIMESTAMP and position == 0:
                 self._rolling_timestamp = int(max_ts[0])
             return AppendInfo(first, last, active.base_offset, position, result.n_batches)
@@ -636,7 +644,8 @@ class PartitionLog:
         )
         return self.append_batches(batch)
 
-    def _maybe_roll(self, incoming_bytes: int, incoming_max_timestamp: int, incoming_last_offset: int) -> None:
+    def _maybe_roll(self, incoming_bytes: int, incoming_max_timestamp: int, incoming_last_offset: int, *,
+                    incoming_entries: int = 1) -> None:
         active = self._segments[-1]
         if active.size_bytes == 0:
             return
@@ -649,7 +658,7 @@ class PartitionLog:
             reason = "segment.bytes"
         elif waited_ms > self.config.segment_ms:
             reason = "segment.ms"
-        elif active.index_full():
+        elif active.index_full() or active.index_room() < incoming_entries:
             reason = "index full"
         elif incoming_last_offset - active.base_offset > fmt.RELATIVE_OFFSET_MAX:
             reason = "relative offset limit"

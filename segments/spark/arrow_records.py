@@ -255,7 +255,7 @@ def _header_parts(headers: pa.Array | None, n: int):
 def timestamps_ms(column: pa.ChunkedArray | pa.Array | None, rows: int, write_time_ms: int, name: str = "timestamp") -> np.ndarray:
     """Record timestamps (int64 epoch ms) from a timestamp or epoch-milliseconds integer column (nulls: no
     timestamp, -1); without a column, `write_time_ms` for each of `rows` rows. Raises `TypeError` naming the
-    column for any other type."""
+    column for any other type, `ValueError` for a timestamp below 0 (Kafka's rule)."""
     if column is None:
         return np.full(rows, write_time_ms, dtype=np.int64)
     if pa.types.is_timestamp(column.type):
@@ -264,7 +264,13 @@ def timestamps_ms(column: pa.ChunkedArray | pa.Array | None, rows: int, write_ti
         column = column.cast(pa.int64())
     else:
         raise TypeError(f"the timestamp column {name!r} is {column.type}; it must be a timestamp or epoch milliseconds (long)")
-    return np.asarray(column.fill_null(fmt.NO_TIMESTAMP).to_numpy(), dtype=np.int64)
+    timestamps = np.asarray(column.fill_null(fmt.NO_TIMESTAMP).to_numpy(), dtype=np.int64)
+    negative = np.flatnonzero((timestamps < 0) & (timestamps != fmt.NO_TIMESTAMP))
+    if len(negative):  # what a broker refuses too (InvalidTimestampException)
+        raise ValueError(f"the timestamp column {name!r} holds {int(timestamps[negative[0]])} ms (before 1970) in "
+                         f"{len(negative)} row(s) of this task's input; Kafka refuses record timestamps below 0 "
+                         f"(a null is written as -1, no timestamp)")
+    return timestamps
 
 
 class BatchEncoder:

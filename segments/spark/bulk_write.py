@@ -37,6 +37,7 @@ from typing import BinaryIO
 from ..codec import format as fmt
 from ..codec.errors import LogStateError
 from ..files.fileio import DEFAULT_FILE_OPS
+from ..files.pathcheck import STAGING_PREFIX, STAGING_SUFFIX, topic_name_problem
 from ..partition.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -44,8 +45,9 @@ from ..partition.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     cached_offset_checkpoint,
 )
-from ..partition.locks import CLEANER_LOCK, WRITER_LOCK, LogDirLock, PartitionLock
+from ..partition.locks import CLEANER_LOCK, KAFKA_LOCK, WRITER_LOCK, LogDirLock, PartitionLock
 from ..partition.log import (
+    CHECKPOINT_LOCK,
     LogConfig,
     PartitionLog,
     parse_partition_dir_name,
@@ -67,7 +69,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-STAGING_PREFIX = ".logsegments-staging-"
 _CHUNK_BYTES = 16 * 1024 * 1024
 _LOCK_TIMEOUT_S = 60.0
 _RENAME_EXCHANGE = 2
@@ -107,7 +108,7 @@ def new_job_id() -> str:
 
 
 def staging_dir(log_dir: str | os.PathLike, job_id: str) -> Path:
-    return Path(log_dir) / f"{STAGING_PREFIX}{job_id}.tmp"
+    return Path(log_dir) / f"{STAGING_PREFIX}{job_id}{STAGING_SUFFIX}"
 
 
 def topic_partition_dirs(log_dir: str | os.PathLike, topic: str) -> dict[int, Path]:
@@ -127,8 +128,8 @@ def check_topic_partitions(log_dir: str | os.PathLike, topic: str, partitions: i
     """Refuse an append that would change the topic's partition count (see the module docstring)."""
     if partitions < 1:
         raise ValueError(f"partitions must be at least 1, got {partitions}")
-    if not topic or "/" in topic or topic in (".", ".."):
-        raise ValueError(f"invalid topic name {topic!r}")
+    if (problem := topic_name_problem(topic)) is not None:
+        raise ValueError(f"invalid topic name {topic!r}: {problem}")
     if overwrite:
         return
     existing = sorted(topic_partition_dirs(log_dir, topic))
@@ -140,11 +141,16 @@ def check_topic_partitions(log_dir: str | os.PathLike, topic: str, partitions: i
 
 
 class PieceWriter:
-    """A task's pieces: appends encoded batches per partition to its own files in the staging area."""
+    """A task's pieces: appends encoded batches per partition to its own files in the staging area.
 
-    def __init__(self, log_dir: str | os.PathLike, job_id: str, task: int, attempt: int) -> None:
+    With `staging_made`, the job's staging directory was made by the driver before the job, and the task makes
+    only its own directory in it: a task that starts after the job was aborted (the staging directory removed)
+    then fails instead of making it again."""
+
+    def __init__(self, log_dir: str | os.PathLike, job_id: str, task: int, attempt: int, *,
+                 staging_made: bool = False) -> None:
         self.directory = staging_dir(log_dir, job_id) / f"{task}-{attempt}"
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(parents=not staging_made, exist_ok=True)
         self.task = task
         self.attempt = attempt
         self._files: dict[int, BinaryIO] = {}
@@ -397,12 +403,21 @@ def missing_dirs(path: str | os.PathLike) -> tuple[str, ...]:
     return tuple(missing)
 
 
+_LOCK_FILES = frozenset({KAFKA_LOCK, CHECKPOINT_LOCK})
+
+
 def abort_job(log_dir: str | os.PathLike, job_id: str, *, created_dirs: Sequence[str] = ()) -> None:
     """Remove the job's staging directory and everything in it; then each of `created_dirs` (deepest first:
     the directories the job created, from `missing_dirs`) while it is empty."""
     shutil.rmtree(staging_dir(log_dir, job_id), ignore_errors=True)
     for directory in created_dirs:
         try:
+            if os.path.abspath(directory) == os.path.abspath(log_dir) and set(os.listdir(directory)) <= _LOCK_FILES:
+                # a log dir this job created that holds nothing but the empty lock files its commit made
+                for name in os.listdir(directory):
+                    lock_file = os.path.join(directory, name)
+                    if os.path.isfile(lock_file) and os.path.getsize(lock_file) == 0:
+                        os.unlink(lock_file)
             os.rmdir(directory)
         except OSError as exc:  # not empty (someone else wrote there) or already gone: leave it and its parents
             log.debug("created directory kept dir=%s reason=%s", directory, exc.strerror)

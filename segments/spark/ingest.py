@@ -33,6 +33,7 @@ import glob
 import json
 import logging
 import os
+import tempfile
 import threading
 import time
 import weakref
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..codec import format as fmt
-from ..codec.errors import SegmentError
+from ..codec.errors import SegmentError, display_path
 from ..files.pathcheck import describe_os_error
 from ..partition.log import LogConfig, PartitionLog
 from .bulk_write import (
@@ -52,6 +53,7 @@ from .bulk_write import (
     commit_job,
     missing_dirs,
     new_job_id,
+    staging_dir,
 )
 from .session import describe_spark_error
 
@@ -88,17 +90,20 @@ class IngestUsageError(IngestError):
 
 
 class NullKeyError(IngestError):
-    """`null_rows` of `rows` rows have a null key column (with `null_keys="error"`); nothing was written."""
+    """`null_rows` of `rows` rows have a null key column (with `null_keys="error"`, or every row with either
+    policy); nothing was written."""
 
     def __init__(self, *, path: str, column: str, null_rows: int, rows: int) -> None:
         self.column = column
         self.null_rows = null_rows
         self.rows = rows
-        super().__init__(
-            f"{null_rows} of {rows} rows have a null key column {column!r}; nothing was written "
-            "(a compacted topic needs a key for every record; --null-keys drop writes the other rows)",
-            path=path,
-        )
+        if null_rows == rows:  # with either policy: dropping every row is a wrong key column, not an ingest
+            message = (f"every one of the {rows} rows has a null key column {column!r}; nothing was written "
+                       "(is it the right key column?)")
+        else:
+            message = (f"{null_rows} of {rows} rows have a null key column {column!r}; nothing was written "
+                       "(a compacted topic needs a key for every record; --null-keys drop writes the other rows)")
+        super().__init__(message, path=path)
 
 _FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".ndjson": "json", ".csv": "csv",
             ".orc": "orc", ".avro": "avro"}
@@ -205,6 +210,7 @@ def check_ingest(
     out = Path(output)
     if out.exists() and not out.is_dir():
         raise IngestUsageError("the output exists and is not a directory", path=output)
+    _check_output_writable(out)
     try:
         check_topic_partitions(out, topic, partitions, overwrite=overwrite)
     except (ValueError, SegmentError) as exc:
@@ -212,7 +218,26 @@ def check_ingest(
     return fmt_name
 
 
+def _check_output_writable(out: Path) -> None:
+    """The output, or the nearest directory above it that exists (where the ingest would create it), takes a
+    new directory: tried for real (a probe made and removed at once), so that a read-only or immutable
+    directory, a file in the way, or a missing permission is said before Spark starts."""
+    existing = Path(os.path.abspath(out))
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise IngestUsageError(f"the output cannot be created: {display_path(existing)} is not a directory",
+                               path=str(out))
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".logcleaner-probe-", dir=existing))
+    except OSError as exc:
+        refused = OSError(exc.errno, exc.strerror, str(existing))  # the directory, not the probe's name
+        raise IngestUsageError(f"the output cannot be written: {describe_os_error(refused)}", path=str(out)) from None
+
+
 def _check_column(df, name: str, role: str, source: str) -> None:
+    if not df.columns:
+        raise IngestUsageError("the input has no columns (an empty file?)", path=source)
     if name not in df.columns:
         shown = ", ".join(df.columns[:_COLUMNS_NAMED_MAX]) + (", ..." if len(df.columns) > _COLUMNS_NAMED_MAX else "")
         raise IngestUsageError(f"the {role} column {name!r} is not in the input (columns: {shown})", path=source)
@@ -233,7 +258,7 @@ def _as_binary(df, name: str):
     return column.cast("string").cast("binary")
 
 
-def _as_timestamp(df, name: str):
+def _as_timestamp(df, name: str, source: str):
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -248,7 +273,8 @@ def _as_timestamp(df, name: str):
     if isinstance(kind, T.IntegralType):
         return F.timestamp_millis(column)
     raise IngestUsageError(
-        f"the timestamp column {name!r} is {kind.simpleString()}; use a timestamp, date, epoch ms or a string"
+        f"the timestamp column {name!r} is {kind.simpleString()}; use a timestamp, date, epoch ms or a string",
+        path=source,
     )
 
 
@@ -282,11 +308,14 @@ def ingest(
     overwrite: bool = False,
     read_options: dict[str, str] | None = None,
     null_keys: str = "error",
+    job_id: str | None = None,
 ) -> IngestResult:
     """Write the rows of `source` into `output` as topic `topic` with `partitions` partitions (see the docstring).
 
     Requires a session with the `logsegments` data source registered (`get_session`). `null_keys`: "error"
     refuses a source with any null key, "drop" leaves those rows out (`IngestResult.null_key_rows_dropped`).
+    `job_id` (default: a new one, `bulk_write.new_job_id`) names the staging directory, so that a caller
+    interrupted while Spark still runs can stop Spark and then `bulk_write.abort_job` what is left.
     Ensures that when it raises, the output is as it was (see the module docstring). Raises
     `IngestUsageError` (see `check_ingest`; also an unknown column or a timestamp column of another type),
     `NullKeyError`, and `IngestError` for any other failure of Spark or of the data, each with a one-line
@@ -304,7 +333,7 @@ def ingest(
             spark, source, fmt_name, topic=topic, partitions=partitions, key_column=key_column, output=Path(output),
             value_column=value_column, timestamp_column=timestamp_column, compression=compression,
             records_per_batch=records_per_batch, segment_bytes=segment_bytes, overwrite=overwrite,
-            read_options=read_options or {}, null_keys=null_keys,
+            read_options=read_options or {}, null_keys=null_keys, job_id=job_id or new_job_id(),
         )
     except (PySparkException, Py4JError) as exc:
         message, condition = describe_spark_error(exc)
@@ -317,7 +346,7 @@ def ingest(
 def _ingest(
     spark, source: str, fmt_name: str, *, topic: str, partitions: int, key_column: str, output: Path,
     value_column: str | None, timestamp_column: str | None, compression: str, records_per_batch: int,
-    segment_bytes: int | None, overwrite: bool, read_options: dict[str, str], null_keys: str,
+    segment_bytes: int | None, overwrite: bool, read_options: dict[str, str], null_keys: str, job_id: str,
 ) -> IngestResult:
 
     started = time.perf_counter()
@@ -331,7 +360,7 @@ def _ingest(
         return _write(spark, source, fmt_name, warm_up, started, topic=topic, partitions=partitions,
                       key_column=key_column, output=output, value_column=value_column, timestamp_column=timestamp_column,
                       compression=compression, records_per_batch=records_per_batch, config=config, overwrite=overwrite,
-                      read_options=read_options, null_keys=null_keys)
+                      read_options=read_options, null_keys=null_keys, job_id=job_id)
     finally:
         warm_up.wait_for_workers()  # never left running: the caller may stop the session next
 
@@ -340,6 +369,7 @@ def _write(
     spark, source: str, fmt_name: str, warm_up: _WarmUp, started: float, *, topic: str, partitions: int,
     key_column: str, output: Path, value_column: str | None, timestamp_column: str | None, compression: str,
     records_per_batch: int, config: LogConfig, overwrite: bool, read_options: dict[str, str], null_keys: str,
+    job_id: str,
 ) -> IngestResult:
     from pyspark.sql import functions as F
 
@@ -352,31 +382,43 @@ def _write(
     if timestamp_column is not None:
         _check_column(df, timestamp_column, "timestamp", source)
     if value_column is None:  # --value-format json: the whole row
-        value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns])).cast("binary")
+        value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]), JSON_OPTIONS).cast("binary")
     else:
         value = _as_binary(df, value_column)
     # A key is null exactly when the key column is: every conversion of `_as_binary` maps a non-null value to
     # non-null bytes. The tasks count (and drop, or refuse) those rows.
     columns = [_as_binary(df, key_column).alias("key"), value.alias("value")]
     if timestamp_column:
-        columns.append(_as_timestamp(df, timestamp_column).alias("timestamp"))
+        columns.append(_as_timestamp(df, timestamp_column, source).alias("timestamp"))
     before = _partition_state(output, topic, partitions) if not overwrite else {p: (0, 0) for p in range(partitions)}
     log_dir = os.path.abspath(output)  # the tasks' working directory need not be ours
-    created = missing_dirs(log_dir)  # the tasks' staging creates them; a failure removes them again
+    created = missing_dirs(log_dir)  # made below with the staging directory; a failure removes them again
     task = StageTask(
-        log_dir=log_dir, job_id=new_job_id(), partitions=partitions, compression=fmt.COMPRESSION_IDS[compression.lower()],
+        log_dir=log_dir, job_id=job_id, partitions=partitions, compression=fmt.COMPRESSION_IDS[compression.lower()],
         records_per_batch=records_per_batch, batch_bytes=_BATCH_BYTES, write_time_ms=int(time.time() * 1000),
-        drop_null_keys=null_keys == "drop",
+        drop_null_keys=null_keys == "drop", timestamp_column=timestamp_column or "timestamp",
     )
     warm_up.wait_for_workers()  # its workers are idle again, and the job's tasks reuse them
     timings: dict[str, float] = {"plan": time.perf_counter() - started}
+    context = spark.sparkContext
+    group = context.getLocalProperty("spark.jobGroup.id")
     try:
+        # made here, not by the tasks: one that starts after an abort removed it fails instead of writing
+        staging_dir(log_dir, job_id).mkdir(parents=True)
         submitted = time.time()
-        reports = [json.loads(row[0]) for row in df.select(*columns).mapInArrow(task, _REPORT_SCHEMA).collect()]
+        context.setJobGroup(job_id, f"logcleaner ingest of {source}", interruptOnCancel=True)
+        try:
+            reports = [json.loads(row[0]) for row in df.select(*columns).mapInArrow(task, _REPORT_SCHEMA).collect()]
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # interrupted (Ctrl-C, a signal): the tasks stop before the abort
+                _cancel_job_group(context, job_id)
+            raise
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", group)
         job_done = time.time()
         rows = sum(r["rows"] for r in reports)
         null_rows = sum(r["null_keys"] for r in reports)
-        if null_rows and null_keys == "error":
+        if null_rows and (null_keys == "error" or null_rows == rows):
             raise NullKeyError(path=source, column=key_column, null_rows=null_rows, rows=rows)
         pieces = [StagedPiece(**piece) for r in reports for piece in r["pieces"]]
         try:
@@ -397,6 +439,28 @@ def _write(
         result.records[p] = after[p][0] - before[p][0]
         result.bytes[p] = after[p][1] - before[p][1]
     return result
+
+
+def _cancel_job_group(context, job_id: str, timeout_s: float = 10.0) -> None:
+    """Cancel the ingest's job and wait (at most `timeout_s`) until Spark says none of its jobs runs, so that
+    no task stages a piece after the abort. Bounded and quiet: the JVM may be going away (a signal to the
+    process group reaches it too); whatever happens here, the caller aborts the job next."""
+    def cancel() -> None:
+        try:
+            context.cancelJobGroup(job_id)
+            tracker = context.statusTracker()
+            while time.monotonic() < deadline:
+                jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(job_id)]
+                if all(info is None or info.status != "RUNNING" for info in jobs):
+                    return
+                time.sleep(0.05)
+        except BaseException as exc:  # noqa: BLE001 (the JVM gone or going: nothing more to wait for)
+            log.debug("cancelling the ingest job failed error=%s", exc)
+
+    deadline = time.monotonic() + timeout_s
+    canceller = threading.Thread(target=cancel, name="ingest-cancel", daemon=True)
+    canceller.start()
+    canceller.join(timeout_s + 1.0)
 
 
 def _job_timings(reports: list[dict], submitted: float, done: float) -> dict[str, float]:
@@ -490,6 +554,9 @@ def _warm_partition(rows: Iterator) -> Iterator:
 
 
 _REPORT_SCHEMA = "report string"
+# `--value-format json`: a null column is written as `"name":null`, not left out (Spark's default), so that every
+# value of a topic has the same fields
+JSON_OPTIONS = {"ignoreNullFields": "false"}
 _ENCODE_ROWS = 65536  # rows gathered from Spark's Arrow batches before one encode call
 _BATCH_BYTES = 1024 * 1024 - fmt.RECORD_BATCH_OVERHEAD
 _kernels_loaded = False  # per Python worker process: `_load_kernels` has run
@@ -528,6 +595,7 @@ class StageTask:
     batch_bytes: int
     write_time_ms: int
     drop_null_keys: bool
+    timestamp_column: str = "timestamp"  # the input's name for it, for messages
 
     def __call__(self, batches: Iterator) -> Iterator:
         import pyarrow as pa
@@ -544,7 +612,7 @@ class StageTask:
         attempt = context.attemptNumber() if context else 0
         encoder = BatchEncoder(compression=self.compression, records_per_batch=self.records_per_batch,
                                batch_bytes=self.batch_bytes)
-        writer: PieceWriter | None = PieceWriter(self.log_dir, self.job_id, task, attempt)
+        writer: PieceWriter | None = PieceWriter(self.log_dir, self.job_id, task, attempt, staging_made=True)
         rows = null_keys = pending_rows = 0
         pending: list = []
         try:
@@ -586,7 +654,7 @@ class StageTask:
         if keys.null_count:
             parts[~valid] = -1  # a null key: the row is left out (the task counted it)
         timestamps = timestamps_ms(table.column("timestamp") if "timestamp" in table.column_names else None,
-                                   table.num_rows, self.write_time_ms)
+                                   table.num_rows, self.write_time_ms, self.timestamp_column)
         encoded = encoder.encode(keys, values, timestamps, parts)
         writer.append(encoded.data, encoded.records)
 

@@ -14,17 +14,23 @@ file or nowhere. `describe_spark_error` turns any Spark or Py4J exception into o
 from __future__ import annotations
 
 import codecs
+import contextlib
 import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-__all__ = ["JvmConsole", "SparkUnavailableError", "describe_spark_error", "find_java", "get_session", "stop_session"]
+__all__ = [
+    "JvmConsole", "SparkUnavailableError", "describe_spark_error", "find_java", "get_session", "kill_child_jvms",
+    "quiet_py4j", "stop_session",
+]
 
 log = logging.getLogger(__name__)
 
@@ -337,3 +343,79 @@ def stop_session(spark) -> None:
         spark.stop()
     except (PySparkException, Py4JError, OSError) as exc:
         log.debug("stopping Spark failed error=%s", exc)
+
+
+# ---- stopping a job short: Ctrl-C, SIGTERM ---------------------------------------------------------------
+
+
+class _DropPy4jRecords:
+    """A filter of the root logger: py4j logs a KeyboardInterrupt while it waits on the JVM to the root logger
+    itself (`logging.exception`), traceback included."""
+
+    @staticmethod
+    def filter(record) -> bool:
+        return f"{os.sep}py4j{os.sep}" not in (record.pathname or "")
+
+
+_DROP_PY4J_RECORDS = _DropPy4jRecords()
+
+
+def quiet_py4j() -> None:
+    """Silence py4j's and pyspark's own logging of a connection that breaks as the job is cancelled and the
+    session stopped, or as a Ctrl-C cuts a call to the JVM short (the error that matters is reported in one
+    line)."""
+    import logging
+
+    for name in ("py4j", "pyspark"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    root = logging.getLogger()
+    if _DROP_PY4J_RECORDS not in root.filters:
+        root.addFilter(_DROP_PY4J_RECORDS)
+
+
+def _child_jvms() -> list[int]:
+    """This process's children that are Spark's JVM (`spark-submit`, which execs `java ... SparkSubmit`)."""
+    me = os.getpid()
+    pids = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []  # no procfs: nothing found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[1]) != me or fields[0] == b"Z":
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if b"SparkSubmit" in cmdline or b"spark-submit" in cmdline or b"spark-class" in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+def kill_child_jvms(timeout_s: float = 5.0) -> None:
+    """End the JVM this process launched for Spark (after `stop`, or a start-up interrupted half-way): SIGTERM,
+    then SIGKILL after `timeout_s`, each reaped, so that no SparkSubmit is left running without its driver."""
+    pids = _child_jvms()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while pids and time.monotonic() < deadline:
+            for pid in list(pids):
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done = pid  # reaped elsewhere
+                if done:
+                    pids.remove(pid)
+            if pids:
+                time.sleep(0.05)
+        if not pids:
+            return

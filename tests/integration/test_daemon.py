@@ -31,8 +31,10 @@ from segments.codec import format as fmt
 from segments.codec.errors import OffsetOutOfRangeError
 from segments.partition.checkpoint import read_offset_checkpoint
 from segments.partition.locks import CLEANER_LOCK, PartitionLock
-from segments.partition.log import _CHECKPOINT_LOCK as CHECKPOINT_LOCK  # the log dir's lock around checkpoint updates
-from segments.partition.log import PartitionLog
+from segments.partition.log import (
+    CHECKPOINT_LOCK,  # the log dir's lock around checkpoint updates
+    PartitionLog,
+)
 from segments.tools.generate import WorkloadSpec, generate_partition
 from segments.tools.verify import verify_paths
 

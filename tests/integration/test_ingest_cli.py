@@ -9,8 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,7 +120,7 @@ def test_real_flights_table_refuses_null_tailnums_by_default_and_drops_them_on_r
     assert done.stderr == ""  # not a terminal: no progress bar, and Spark's own output is not shown
     summary = done.stdout.splitlines()[0]
     kept = FLIGHTS_ROWS - FLIGHTS_WITHOUT_TAILNUM
-    assert summary.startswith(f"ingested {kept} records into 4 partitions of 'flights'")
+    assert summary.startswith(f"ingested {kept} records into 4 partition(s) of 'flights'")
     assert f"({FLIGHTS_WITHOUT_TAILNUM} of {FLIGHTS_ROWS} rows dropped: null key column 'tailnum')" in summary
 
     source = pq.read_table(flights_parquet).to_pylist()
@@ -130,8 +132,8 @@ def test_real_flights_table_refuses_null_tailnums_by_default_and_drops_them_on_r
         key = row["tailnum"].encode()
         p = kafka_partition(key, 4)
         assert partition_for_key(key, 4) == p  # our partitioner agrees with kafka-python's
-        # Spark's JSON leaves out null fields; the row is the whole input row, key column included
-        expected[p].append((key, {k: v for k, v in row.items() if v is not None}))
+        # the whole input row, key column included, a null column as null (every value has the same fields)
+        expected[p].append((key, row))
     for p in range(4):
         got = read_with_kafka_python(out / f"flights-{p}")
         assert [offset for offset, _, _ in got] == list(range(len(expected[p])))
@@ -169,6 +171,12 @@ def test_command_line_errors_are_one_line_and_exit_2_without_starting_spark(tmp_
                           2, "--value-column or --value-format")
     assert_one_line_error(invoke_ingest(rows, *base, "--no-such-option"), 2, "--no-such-option")
     assert_one_line_error(invoke_ingest(rows, *base[:-1], rows), 2, "'--output'", "rows.jsonl")
+    assert_one_line_error(invoke_ingest(rows, *base[:-1], rows / "logs"), 2,
+                          "the output cannot be created", "rows.jsonl is not a directory")
+    for topic, problem in (("sp ace", "characters other than ASCII letters"), ("t" * 250, "at most 249"),
+                           ("..", "may not be '..'")):
+        assert_one_line_error(invoke_ingest(rows, *base[:4], "--topic", topic, *base[6:]), 2,
+                              f"invalid topic name {topic!r}: the topic", problem)
     assert not out.exists()
     for p in range(3):  # an existing topic with 3 partitions
         (out / f"t-{p}").mkdir(parents=True)
@@ -258,6 +266,56 @@ def test_failed_ingest_into_a_new_log_dir_leaves_none_of_its_directories(tmp_pat
     failed = run_ingest(bad, *INGEST_T3, "--timestamp-column", "when", "--output", tmp_path / "new" / "place" / "logs")
     assert_one_line_error(failed, 1, "the timestamp column 'when'")
     assert sorted(entry.name for entry in tmp_path.iterdir()) == ["bad.jsonl"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupted_ingest_stops_spark_and_leaves_nothing(flights_parquet, tmp_path, how):
+    """A real process interrupted while its tasks stage pieces: Ctrl-C (SIGINT to the process group, as a
+    terminal sends it) ends with "Aborted!" and exit 1, SIGTERM (to the command alone) with its own status;
+    no traceback, no Spark process left, and the log dir the ingest created is gone with its staging."""
+    _spark_or_skip()
+    out = tmp_path / "new" / "logs"
+    proc = subprocess.Popen(
+        [str(CLI), "ingest", flights_parquet, "--key-column", "tailnum", "--value-format", "json", "--null-keys",
+         "drop", "--topic", "flights", "--partitions", "4", "--output", out, "--master", "local[2]",
+         "--records-per-batch", "10"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not any(out.glob(f"{STAGING_PREFIX}*/*/*.batches")):  # a task is writing its pieces
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if how == "ctrl-c":
+        assert (proc.returncode, stderr.strip()) == (1, "Aborted!"), stderr[-3000:]
+    else:
+        assert (proc.returncode, stderr) == (-signal.SIGTERM, ""), stderr[-3000:]
+    assert stdout == ""
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == []  # new/logs and its staging removed
+    spark_left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert spark_left == []  # the JVM and its Python workers ended with the command
+
+
+@pytest.mark.slow
+def test_every_key_null_is_refused_even_when_null_keys_are_dropped(tmp_path):
+    _spark_or_skip()
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"k": None, "v": i}) + "\n" for i in range(20)))
+    refused = run_ingest(rows, "--key-column", "k", "--value-format", "json", "--topic", "t", "--partitions", 2,
+                         "--null-keys", "drop", "--output", tmp_path / "logs", "--master", "local[1]")
+    assert_one_line_error(refused, 1, "rows.jsonl", "every one of the 20 rows has a null key column 'k'")
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == ["rows.jsonl"]
 
 
 # ---- the pieces behind one-line errors, without Spark ------------------------------------------------------

@@ -215,7 +215,7 @@ def test_cli_ingest_with_compaction_keeps_the_latest_row_per_key(tmp_path):
         capture_output=True, text=True, timeout=600, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "ingested 3000 records into 3 partitions" in proc.stdout
+    assert "ingested 3000 records into 3 partition(s)" in proc.stdout
     assert "compacted: 2880 duplicate records removed" in proc.stdout
     latest = {}
     for r in rows:

@@ -132,6 +132,16 @@ def test_sliced_and_string_columns_encode_their_own_rows():
     assert [(k, v, h) for _, _, k, v, h in got] == [(b"bb", None, []), (b"ccc", b"2", [("h2", None)])]
 
 
+def test_timestamps_before_1970_are_refused_as_a_broker_refuses_them_and_nulls_are_none():
+    from segments.spark.arrow_records import timestamps_ms
+
+    assert timestamps_ms(pa.array([5, None, 0], pa.int64()), 3, 9, "when").tolist() == [5, -1, 0]
+    with pytest.raises(ValueError, match=r"'when' holds -5 ms \(before 1970\) in 2 row"):
+        timestamps_ms(pa.array([1, -5, -7], pa.int64()), 3, 9, "when")
+    with pytest.raises(ValueError, match="'ts' holds -1000000 ms"):
+        timestamps_ms(pa.array([-1000], pa.timestamp("s")).cast(pa.timestamp("ms")), 1, 9, "ts")
+
+
 def test_non_binary_columns_are_refused_with_their_name():
     with pytest.raises(TypeError, match="'price' is int64"):
         binary_column(pa.array([1, 2]), "price")

@@ -156,3 +156,40 @@ def test_a_torn_piece_is_reported_and_the_partition_left_alone(tmp_path):
         commit_job(tmp_path, job, "t", 1, [torn])
     assert _kv(tmp_path / "t-0") == [(b"0", b"x")]
     assert not staging_dir(tmp_path, job).exists()
+
+
+def test_an_aborted_job_removes_the_log_dir_it_created_with_the_commits_lock_files(tmp_path):
+    from segments.partition.locks import KAFKA_LOCK
+    from segments.partition.log import CHECKPOINT_LOCK
+    from segments.spark.bulk_write import abort_job, missing_dirs
+
+    log_dir = tmp_path / "a" / "logs"
+    created = missing_dirs(log_dir)
+    staging_dir(log_dir, "job").mkdir(parents=True)
+    for name in (KAFKA_LOCK, CHECKPOINT_LOCK):  # what a commit that failed leaves
+        (log_dir / name).touch()
+    abort_job(log_dir, "job", created_dirs=created)
+    assert list(tmp_path.iterdir()) == []
+
+    kept = tmp_path / "kept"  # a log dir that was there, or that holds anything else, stays
+    (kept / "t-0").mkdir(parents=True)
+    (kept / KAFKA_LOCK).touch()
+    abort_job(kept, "job", created_dirs=(str(kept),))
+    assert sorted(e.name for e in kept.iterdir()) == [KAFKA_LOCK, "t-0"]
+
+
+def test_a_task_that_starts_after_an_abort_does_not_make_the_staging_directory_again(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        PieceWriter(tmp_path, "job", 0, 0, staging_made=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_staging_directories_are_no_partition_worth_a_warning(tmp_path):
+    from segments.files.pathcheck import find_partition_dirs, is_known_non_partition_dir
+
+    assert is_known_non_partition_dir(staging_dir(tmp_path, new_job_id()).name)
+    assert not is_known_non_partition_dir(".logsegments-staging-x")
+    staging_dir(tmp_path, "job").mkdir()
+    (tmp_path / "t-0").mkdir()
+    partitions, refused = find_partition_dirs([tmp_path])
+    assert [p.name for p in partitions] == ["t-0"] and refused == []

@@ -79,6 +79,38 @@ def test_segment_rolls_when_offset_index_is_full(tmp_path):
         assert all(s.offset_index.entries <= 3 for s in log.segments)
 
 
+def test_an_append_of_many_batches_is_indexed_batch_by_batch_as_the_rebuild_rule_indexes_it(tmp_path):
+    # a bulk append (ingest's commit appends chunks of many batches) gets an entry per batch past the interval,
+    # not Kafka's one entry per append: the same indexes a rebuild from the .log makes
+    config = LogConfig(index_interval_bytes=100)
+    batches = [keyed_batch([(b"k%d" % i, b"v" * 120)], timestamp_ms=1_700_000_000_000 + (i * 7) % 5) for i in range(9)]
+    with PartitionLog.open(tmp_path / "t-0", mode="writer", create=True, config=config) as log:
+        log.append_batches(b"".join(batches[:6]))
+        log.append_batches(b"".join(batches[6:]))
+        paths = log.segments[0].paths
+        log.roll()
+    written = paths.index.read_bytes(), paths.timeindex.read_bytes()
+    assert len(written[0]) // 8 == 8  # every batch but the first crossed the interval
+    paths.index.unlink()
+    paths.timeindex.unlink()
+    with PartitionLog.open(tmp_path / "t-0", mode="cleaner", config=config) as log:
+        assert log.read(0).data
+    assert (paths.index.read_bytes(), paths.timeindex.read_bytes()) == written
+    assert not verify_paths([tmp_path / "t-0"]).problems
+
+
+def test_an_append_whose_index_entries_do_not_fit_rolls_first(tmp_path):
+    config = LogConfig(segment_index_bytes=72, index_interval_bytes=0)  # 9 offset entries, 6 time entries
+    with PartitionLog.open(tmp_path / "t-0", mode="writer", create=True, config=config) as log:
+        log.append_batches(b"".join(keyed_batch([(b"k", b"%d" % i)]) for i in range(5)))  # 4 offset entries, 1 time
+        assert log.segments[0].index_room() == 5
+        log.append_batches(b"".join(keyed_batch([(b"k", b"%d" % i)]) for i in range(6)))  # up to 6 more
+        assert [s.base_offset for s in log.segments] == [0, 5]
+        with pytest.raises(ValueError, match="index entries"):  # more than an empty index holds: nothing written
+            log.append_batches(b"".join(keyed_batch([(b"k", b"%d" % i)]) for i in range(7)))
+        assert log.log_end_offset == 11 and len(log.segments) == 2
+
+
 def test_segment_rolls_before_relative_offset_overflows(tmp_path):
     with PartitionLog.open(tmp_path / "t-0", mode="writer", create=True) as log:
         log.append_batches(keyed_batch([(b"a", b"1")]))
