@@ -744,6 +744,56 @@ class _SigtermStopsCleaning:
             sys.exit(128 + signal.SIGTERM)  # not reached: the signal's default action ends the process
 
 
+class _IngestSignals:
+    """Ctrl-C and SIGTERM during `ingest`: before the commit, KeyboardInterrupt and `_Terminated` (the job is
+    aborted); during it, held (`held` names the signal) until the commit has finished, which is then the
+    outcome. Also remembers any signal, so that a Spark failure caused by it (a signal to the process group
+    ends the JVM too) is taken as the signal (`raise_if_signalled`). An ignored SIGINT (a background job)
+    stays ignored. Main thread only (where the command runs); restores the handlers on exit."""
+
+    def __enter__(self) -> _IngestSignals:
+        import signal
+
+        self.held: str | None = None
+        self._committing = False
+        self._signalled: type[BaseException] | None = None
+        self._previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.install()
+        return self
+
+    def install(self) -> None:
+        """(Again) make these the handlers: a new SparkContext sets its own SIGINT handler, which talks to the
+        JVM inside the handler."""
+        import signal
+
+        if self._previous[signal.SIGINT] != signal.SIG_IGN:
+            signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        import signal
+
+        interrupt = signum == signal.SIGINT
+        if self._committing:
+            self.held = self.held or ("Ctrl-C" if interrupt else "SIGTERM")
+            return
+        self._signalled = KeyboardInterrupt if interrupt else _Terminated
+        raise self._signalled()
+
+    def committing(self, started: bool) -> None:
+        self._committing = started
+
+    def raise_if_signalled(self) -> None:
+        if self._signalled is not None:
+            raise self._signalled() from None
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
 class _NoBar:
     def __enter__(self):
         return self
@@ -825,7 +875,6 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
     cannot be (source, column, format, option, partition count), 1 when the data or Spark fails (null keys,
     an unreadable input, a failed task, no Java); a failed ingest leaves the output as it was.
     """
-    import signal
     import time
 
     from segments.files.pathcheck import describe_os_error
@@ -864,32 +913,38 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
     job_id, created = new_job_id(), missing_dirs(output)
     started = time.perf_counter()
     spark = None
-    previous_sigint = signal.getsignal(signal.SIGINT)
     try:
         # Ctrl-C or SIGTERM: the job cancelled, Spark stopped (its JVM killed), the staging removed, then the
-        # command ends as `clean` does ("Aborted!" for Ctrl-C, the signal's own status for SIGTERM).
-        with _SigtermStopsCleaning():
+        # command ends as `clean` does ("Aborted!" for Ctrl-C, the signal's own status for SIGTERM); during the
+        # commit, held until it has finished (the rows are then written: said, exit 0).
+        with _SigtermStopsCleaning(), _IngestSignals() as signals:
             try:
                 try:
                     spark = get_session(master, app_name=f"logcleaner ingest {topic}", console=console)
                 except SparkUnavailableError as exc:
+                    signals.raise_if_signalled()
                     raise click.ClickException(one_line(str(exc))) from None
-                # pyspark's own SIGINT handler talks to the JVM inside the handler; Python's raises KeyboardInterrupt
-                signal.signal(signal.SIGINT, signal.SIG_IGN if previous_sigint == signal.SIG_IGN
-                              else signal.default_int_handler)
+                signals.install()
                 startup_s = time.perf_counter() - started
                 try:
                     result = run_ingest(
                         spark, source, key_column=key_column, timestamp_column=timestamp_column,
                         compression=compression, records_per_batch=records_per_batch, segment_bytes=segment_bytes,
-                        read_options=options, job_id=job_id, **request,
+                        read_options=options, job_id=job_id, on_commit=signals.committing, **request,
                     )
                 except IngestUsageError as exc:
+                    signals.raise_if_signalled()
                     raise OneLineUsageError(str(exc)) from None
                 except SegmentError as exc:  # IngestError, NullKeyError, a partition that cannot be read
+                    # a signal to the whole process group also ends the JVM: Spark's failure is then the signal's
+                    signals.raise_if_signalled()
                     raise click.ClickException(one_line(str(exc))) from None
                 except OSError as exc:
+                    signals.raise_if_signalled()
                     raise click.ClickException(describe_os_error(exc)) from None
+                except Exception:
+                    signals.raise_if_signalled()  # whatever a dying JVM made py4j raise
+                    raise
             except (KeyboardInterrupt, _Terminated):
                 _stop_spark_now(spark, console)
                 spark = None
@@ -900,7 +955,6 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
                 if spark is not None:
                     stop_session(spark)
     finally:
-        signal.signal(signal.SIGINT, previous_sigint)
         console.close()
     mb = result.total_bytes / MB
     dropped = (f" ({result.null_key_rows_dropped} of {result.rows_read} rows dropped: null key column {key_column!r})"
@@ -912,6 +966,10 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
     )
     for p in range(partitions):
         click.echo(f"  {topic}-{p}: {result.records[p]} records, {megabytes(result.bytes[p])}")
+    if signals.held is not None:  # the commit had started: it was finished, and the command ends here
+        click.echo(f"{signals.held} during the commit: the commit was finished first, the rows above are written",
+                   err=True)
+        return
     if compact:
         from .oneshot import clean_partition
         from .settings import Settings

@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 _CHUNK_BYTES = 16 * 1024 * 1024
 _LOCK_TIMEOUT_S = 60.0
 _RENAME_EXCHANGE = 2
+_RENAME_NOREPLACE = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,8 @@ class StagedPiece:
 
 @dataclass(slots=True)
 class CommitSummary:
-    """What a commit wrote: records and bytes per partition, and the log end offset each partition reached."""
+    """What a commit wrote: records and bytes appended per partition (this job's alone, whoever else appends),
+    and the log end offset each partition reached."""
 
     records: dict[int, int] = field(default_factory=dict)
     bytes: dict[int, int] = field(default_factory=dict)
@@ -248,16 +250,39 @@ def _append_pieces(plog: PartitionLog, pieces: Sequence[StagedPiece], *, flush: 
         plog.flush()
 
 
-def _exchange(a: Path, b: Path) -> None:
-    """Atomically swap two directory entries (Linux renameat2 RENAME_EXCHANGE)."""
+def _renameat2(a: Path, b: Path, flag: int, name: str) -> None:
+    """Linux renameat2 with one flag (RENAME_EXCHANGE, RENAME_NOREPLACE)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     renameat2 = getattr(libc, "renameat2", None)
     if renameat2 is None:
         raise OSError(errno.ENOSYS, "renameat2 is not available")
     at_fdcwd = -100
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), flag) != 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"renameat2({a}, {b}, RENAME_EXCHANGE): {os.strerror(err)}")
+        raise OSError(err, f"renameat2({a}, {b}, {name}): {os.strerror(err)}")
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Atomically swap two directory entries (RENAME_EXCHANGE)."""
+    _renameat2(a, b, _RENAME_EXCHANGE, "RENAME_EXCHANGE")
+
+
+def _move_into_place_new(built: Path, target: Path) -> bool:
+    """Put `built` at `target` unless something is there (RENAME_NOREPLACE: a plain rename would replace an
+    empty directory); False if something is, as when another job created the partition since the commit
+    looked. Without RENAME_NOREPLACE (ENOSYS, EINVAL), a look and a rename, with a window between them."""
+    try:
+        _renameat2(built, target, _RENAME_NOREPLACE, "RENAME_NOREPLACE")
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            return False
+        if exc.errno not in (errno.ENOSYS, errno.EINVAL):
+            raise
+    if target.exists():
+        return False
+    os.rename(built, target)
+    return True
 
 
 def _move_into_place(built: Path, target: Path, trash: Path) -> None:
@@ -305,10 +330,18 @@ def _build_partition(staging: Path, topic: str, partition: int, pieces: Sequence
         return built, plog.log_end_offset, plog.size_bytes
 
 
-def _place_partition(log_dir: Path, staging: Path, topic: str, partition: int, built: Path, end: int) -> None:
-    _move_into_place(built, log_dir / f"{topic}-{partition}", staging / "old" / f"{topic}-{partition}")
+def _place_partition(log_dir: Path, staging: Path, topic: str, partition: int, built: Path, end: int, *,
+                     replace: bool) -> bool:
+    """Move a partition built in the staging area into place: over the old one with `replace` (overwrite),
+    else only where none exists (False if one does: another job created it meanwhile; nothing changed)."""
+    target = log_dir / f"{topic}-{partition}"
+    if replace:
+        _move_into_place(built, target, staging / "old" / f"{topic}-{partition}")
+    elif not _move_into_place_new(built, target):
+        return False
     DEFAULT_FILE_OPS.fsync_dir(log_dir)
     _reset_checkpoints(log_dir, topic, partition, end)
+    return True
 
 
 def commit_job(
@@ -367,13 +400,18 @@ def commit_job(
             appending = {p: pool.submit(_append_partition, plog, ordered[p]) for p, plog in appends.items()}
             ends = {}
             for p, (path, end, size) in built.items():
-                _place_partition(root, staging, topic, p, path, end)
-                ends[p] = (end, size)
+                if _place_partition(root, staging, topic, p, path, end, replace=overwrite):
+                    ends[p] = (end, size)
+                else:  # created by another job since the commit looked: our pieces go after its records
+                    with PartitionLog.open(root / f"{topic}-{p}", mode="writer", config=config,
+                                           lock_timeout_s=_LOCK_TIMEOUT_S) as plog:
+                        ends[p] = _append_partition(plog, ordered[p])
             for p, future in appending.items():
                 ends[p] = future.result()
             for p in range(partitions):
                 summary.records[p] = sum(s.records for s in by_partition[p])
-                summary.log_end_offset[p], summary.bytes[p] = ends[p]
+                summary.bytes[p] = sum(s.bytes for s in by_partition[p])  # appended as staged, offsets aside
+                summary.log_end_offset[p] = ends[p][0]
         if overwrite:
             for p, path in topic_partition_dirs(root, topic).items():
                 if p >= partitions:

@@ -29,6 +29,7 @@ commit leaves the output as it was: staged files are removed and a log dir the j
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import logging
@@ -37,14 +38,14 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..codec import format as fmt
 from ..codec.errors import SegmentError, display_path
 from ..files.pathcheck import describe_os_error
-from ..partition.log import LogConfig, PartitionLog
+from ..partition.log import LogConfig
 from .bulk_write import (
     PieceWriter,
     StagedPiece,
@@ -111,8 +112,9 @@ _FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".ndjson":
 
 @dataclass
 class IngestResult:
-    """Records and bytes added per partition (log end offset and size before and after), rows read and null keys
-    dropped, the parts of `write_s` (`timings_s`), and how many tasks found no warm Python worker."""
+    """Records and bytes this ingest added per partition (its own: another writer's appends meanwhile are not
+    counted), rows read and null keys dropped, the parts of `write_s` (`timings_s`), and how many tasks found
+    no warm Python worker."""
 
     topic: str
     partitions: int
@@ -278,18 +280,6 @@ def _as_timestamp(df, name: str, source: str):
     )
 
 
-def _partition_state(output: Path, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
-    state = {}
-    for p in range(partitions):
-        directory = output / f"{topic}-{p}"
-        if directory.is_dir():
-            with PartitionLog.open(directory, mode="reader") as plog:
-                state[p] = (plog.log_end_offset, plog.size_bytes)
-        else:
-            state[p] = (0, 0)
-    return state
-
-
 def ingest(
     spark,
     source: str,
@@ -309,6 +299,7 @@ def ingest(
     read_options: dict[str, str] | None = None,
     null_keys: str = "error",
     job_id: str | None = None,
+    on_commit: Callable[[bool], None] | None = None,
 ) -> IngestResult:
     """Write the rows of `source` into `output` as topic `topic` with `partitions` partitions (see the docstring).
 
@@ -316,6 +307,8 @@ def ingest(
     refuses a source with any null key, "drop" leaves those rows out (`IngestResult.null_key_rows_dropped`).
     `job_id` (default: a new one, `bulk_write.new_job_id`) names the staging directory, so that a caller
     interrupted while Spark still runs can stop Spark and then `bulk_write.abort_job` what is left.
+    `on_commit(True)` is called as the commit starts and `on_commit(False)` when it has ended: from there on
+    the job is no longer aborted but finished (the CLI holds Ctrl-C and SIGTERM meanwhile).
     Ensures that when it raises, the output is as it was (see the module docstring). Raises
     `IngestUsageError` (see `check_ingest`; also an unknown column or a timestamp column of another type),
     `NullKeyError`, and `IngestError` for any other failure of Spark or of the data, each with a one-line
@@ -333,7 +326,7 @@ def ingest(
             spark, source, fmt_name, topic=topic, partitions=partitions, key_column=key_column, output=Path(output),
             value_column=value_column, timestamp_column=timestamp_column, compression=compression,
             records_per_batch=records_per_batch, segment_bytes=segment_bytes, overwrite=overwrite,
-            read_options=read_options or {}, null_keys=null_keys, job_id=job_id or new_job_id(),
+            read_options=read_options or {}, null_keys=null_keys, job_id=job_id or new_job_id(), on_commit=on_commit,
         )
     except (PySparkException, Py4JError) as exc:
         message, condition = describe_spark_error(exc)
@@ -347,6 +340,7 @@ def _ingest(
     spark, source: str, fmt_name: str, *, topic: str, partitions: int, key_column: str, output: Path,
     value_column: str | None, timestamp_column: str | None, compression: str, records_per_batch: int,
     segment_bytes: int | None, overwrite: bool, read_options: dict[str, str], null_keys: str, job_id: str,
+    on_commit: Callable[[bool], None] | None,
 ) -> IngestResult:
 
     started = time.perf_counter()
@@ -360,7 +354,7 @@ def _ingest(
         return _write(spark, source, fmt_name, warm_up, started, topic=topic, partitions=partitions,
                       key_column=key_column, output=output, value_column=value_column, timestamp_column=timestamp_column,
                       compression=compression, records_per_batch=records_per_batch, config=config, overwrite=overwrite,
-                      read_options=read_options, null_keys=null_keys, job_id=job_id)
+                      read_options=read_options, null_keys=null_keys, job_id=job_id, on_commit=on_commit)
     finally:
         warm_up.wait_for_workers()  # never left running: the caller may stop the session next
 
@@ -369,7 +363,7 @@ def _write(
     spark, source: str, fmt_name: str, warm_up: _WarmUp, started: float, *, topic: str, partitions: int,
     key_column: str, output: Path, value_column: str | None, timestamp_column: str | None, compression: str,
     records_per_batch: int, config: LogConfig, overwrite: bool, read_options: dict[str, str], null_keys: str,
-    job_id: str,
+    job_id: str, on_commit: Callable[[bool], None] | None,
 ) -> IngestResult:
     from pyspark.sql import functions as F
 
@@ -390,7 +384,6 @@ def _write(
     columns = [_as_binary(df, key_column).alias("key"), value.alias("value")]
     if timestamp_column:
         columns.append(_as_timestamp(df, timestamp_column, source).alias("timestamp"))
-    before = _partition_state(output, topic, partitions) if not overwrite else {p: (0, 0) for p in range(partitions)}
     log_dir = os.path.abspath(output)  # the tasks' working directory need not be ours
     created = missing_dirs(log_dir)  # made below with the staging directory; a failure removes them again
     task = StageTask(
@@ -414,7 +407,8 @@ def _write(
                 _cancel_job_group(context, job_id)
             raise
         finally:
-            context.setLocalProperty("spark.jobGroup.id", group)
+            with contextlib.suppress(Exception):  # a JVM gone (a signal to the process group) fails this too
+                context.setLocalProperty("spark.jobGroup.id", group)
         job_done = time.time()
         rows = sum(r["rows"] for r in reports)
         null_rows = sum(r["null_keys"] for r in reports)
@@ -422,7 +416,14 @@ def _write(
             raise NullKeyError(path=source, column=key_column, null_rows=null_rows, rows=rows)
         pieces = [StagedPiece(**piece) for r in reports for piece in r["pieces"]]
         try:
-            commit_job(log_dir, task.job_id, topic, partitions, pieces, overwrite=overwrite, config=config)
+            if on_commit is not None:
+                on_commit(True)
+            try:
+                summary = commit_job(log_dir, task.job_id, topic, partitions, pieces, overwrite=overwrite,
+                                     config=config)
+            finally:
+                if on_commit is not None:
+                    on_commit(False)
         except (SegmentError, OSError, ValueError) as exc:
             message = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
             raise IngestError(f"the commit failed: {message}", path=source) from None
@@ -434,10 +435,9 @@ def _write(
     result = IngestResult(topic, partitions, write_s=time.perf_counter() - started, rows_read=rows,
                           null_key_rows_dropped=null_rows, timings_s=timings,
                           cold_tasks=sum(1 for r in reports if not r["warm"]))
-    after = _partition_state(output, topic, partitions)
     for p in range(partitions):
-        result.records[p] = after[p][0] - before[p][0]
-        result.bytes[p] = after[p][1] - before[p][1]
+        result.records[p] = summary.records[p]
+        result.bytes[p] = summary.bytes[p]
     return result
 
 

@@ -371,6 +371,19 @@ def quiet_py4j() -> None:
     root = logging.getLogger()
     if _DROP_PY4J_RECORDS not in root.filters:
         root.addFilter(_DROP_PY4J_RECORDS)
+    try:  # the driver's accumulator server prints a traceback when the JVM ends under it (a signal to the group)
+        from pyspark import accumulators
+    except ImportError:
+        return
+    for name in ("AccumulatorTCPServer", "AccumulatorUnixServer"):
+        server = getattr(accumulators, name, None)
+        if isinstance(server, type):
+            setattr(server, "handle_error", _quiet_handle_error)  # a class of pyspark's: not typed as a server here
+
+
+def _quiet_handle_error(self, request, client_address) -> None:
+    """socketserver's `handle_error` without the traceback on stderr: logged at debug level instead."""
+    log.debug("accumulator server connection from %s ended: %s", client_address, sys.exc_info()[1])
 
 
 def _child_jvms() -> list[int]:

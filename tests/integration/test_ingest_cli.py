@@ -303,8 +303,70 @@ def test_an_interrupted_ingest_stops_spark_and_leaves_nothing(flights_parquet, t
         assert (proc.returncode, stderr) == (-signal.SIGTERM, ""), stderr[-3000:]
     assert stdout == ""
     assert sorted(entry.name for entry in tmp_path.iterdir()) == []  # new/logs and its staging removed
-    spark_left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
-    assert spark_left == []  # the JVM and its Python workers ended with the command
+    # the JVM ended with the command; its Python workers end as they find it gone
+    deadline = time.monotonic() + 30
+    while subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split():
+        assert time.monotonic() < deadline, subprocess.run(["ps", "-o", "pid,args", "-s", str(proc.pid)],
+                                                           capture_output=True, text=True).stdout
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_whole_process_group_is_the_commands_sigterm(flights_parquet, tmp_path):
+    """`systemctl stop`, `timeout` and container stops signal the whole group: the JVM ends at once too, and
+    the Spark failure that follows is taken as the signal: exit by SIGTERM, nothing printed, nothing left."""
+    _spark_or_skip()
+    out = tmp_path / "new" / "logs"
+    proc = subprocess.Popen(
+        [str(CLI), "ingest", flights_parquet, "--key-column", "tailnum", "--value-format", "json", "--null-keys",
+         "drop", "--topic", "flights", "--partitions", "4", "--output", out, "--master", "local[2]",
+         "--records-per-batch", "10"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not any(out.glob(f"{STAGING_PREFIX}*/*/*.batches")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert (proc.returncode, stdout, stderr) == (-signal.SIGTERM, "", "")
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("signum, said", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_a_signal_during_the_commit_is_held_until_it_has_finished_and_said(tmp_path, monkeypatch, signum, said):
+    """Once the commit has started the rows get written whatever comes: a Ctrl-C or SIGTERM then waits for
+    it, and the command prints its summary, says what it received, and exits 0 (an operator told "Aborted!"
+    would ingest again and duplicate every row). Spark's side is replaced here: the signal's timing is the
+    point, and the real-process tests above show the signals before the commit."""
+    import segments.spark as spark_package
+    import segments.spark.ingest as ingest_module
+    from segments.spark.ingest import IngestResult
+
+    def fake_ingest(spark, source, *, on_commit, topic, partitions, **_):
+        on_commit(True)
+        os.kill(os.getpid(), signum)  # handled at once, in this (the main) thread
+        time.sleep(0.05)
+        on_commit(False)
+        return IngestResult(topic, partitions, records={0: 3}, bytes={0: 300}, write_s=0.1, rows_read=3)
+
+    monkeypatch.setattr(spark_package, "get_session", lambda *args, **kwargs: object())
+    monkeypatch.setattr(spark_package, "stop_session", lambda spark: None)
+    monkeypatch.setattr(ingest_module, "ingest", fake_ingest)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"k": "a"}\n')
+    result = CliRunner().invoke(main, ["ingest", str(rows), "--key-column", "k", "--value-format", "json", "--topic",
+                                       "t", "--partitions", "1", "--output", str(tmp_path / "logs")])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert result.stdout.startswith("ingested 3 records into 1 partition(s) of 't'")
+    assert result.stderr == f"{said} during the commit: the commit was finished first, the rows above are written\n"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the command's handlers are gone again
 
 
 @pytest.mark.slow

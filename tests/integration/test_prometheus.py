@@ -113,7 +113,10 @@ def test_prometheus_scrapes_the_daemons_metrics_after_a_round(tmp_path):
         groups = server.api("rules")["groups"]
         rules = [r for g in groups for r in g["rules"]]
         assert len(rules) >= 12 and all(r["health"] == "ok" for r in rules)
-        assert [r["name"] for r in rules if r["state"] != "inactive"] == []
+        # (but the low-space alert, pending once evaluated, when this machine's disk is in fact below its 10%)
+        usage = shutil.disk_usage(log_dir)
+        low_space = {"LogDirLowSpace"} if usage.free / usage.total < 0.1 else set()
+        assert {r["name"] for r in rules if r["state"] != "inactive"} <= low_space
     finally:
         if server is not None:
             server.close()

@@ -87,6 +87,32 @@ def test_append_goes_after_the_log_end_and_keeps_existing_records(tmp_path):
     assert hw[("t", 0)] == 7  # the high watermark on record moved to the new log end
 
 
+def test_a_topic_another_job_creates_meanwhile_is_appended_to_not_replaced(tmp_path, monkeypatch):
+    # two ingests of a new topic at once: the second one's commit finds the partitions it built made by the
+    # first (between its look and its move into place) and appends after them; nothing is lost
+    import segments.spark.bulk_write as bulk_write
+
+    first, second = new_job_id(), new_job_id()
+    first_pieces = _stage(tmp_path, first, 0, [(b"%d" % i, b"a") for i in range(6)], 2)
+    second_pieces = _stage(tmp_path, second, 0, [(b"%d" % i, b"b") for i in range(4)], 2)
+    build = bulk_write._build_partition
+    started = []
+
+    def build_then_let_the_other_job_commit(staging, *args):
+        built = build(staging, *args)
+        if second in staging.name and not started:
+            started.append(True)
+            commit_job(tmp_path, first, "t", 2, first_pieces)
+        return built
+
+    monkeypatch.setattr(bulk_write, "_build_partition", build_then_let_the_other_job_commit)
+    summary = commit_job(tmp_path, second, "t", 2, second_pieces)
+    assert [v for _, v in _kv(tmp_path / "t-0")] == [b"a"] * 3 + [b"b"] * 2
+    assert [v for _, v in _kv(tmp_path / "t-1")] == [b"a"] * 3 + [b"b"] * 2
+    assert summary.records == {0: 2, 1: 2} and summary.log_end_offset == {0: 5, 1: 5}
+    assert not verify_paths([tmp_path]).problems
+
+
 def test_empty_partitions_exist_after_a_commit(tmp_path):
     job = new_job_id()
     commit_job(tmp_path, job, "t", 4, _stage(tmp_path, job, 0, [(b"0", b"x")], 4))
