@@ -2,8 +2,8 @@
 
 Owns the job behind `logcleaner ingest`: read the source (Parquet, JSON lines, CSV, or any format Spark reads),
 turn the key column — and the value column, or the whole row as JSON — into bytes, carry an optional timestamp
-column, and write with `df.write.format("logsegments")`. No shuffle: the DataFrame's order (for one file, the
-file's order) is the order within every partition. Returns what it wrote, measured on disk before and after.
+column, and stage and commit them (below). No shuffle: the DataFrame's order (for one file, the file's order)
+is the order within every partition. Returns what it wrote: the committed pieces' records and bytes.
 
 Conversions: binary columns are taken as they are; strings are their UTF-8 bytes; structs, maps and arrays are
 their JSON; other types their string form (e.g. an integer key 42 is the two bytes "42", as Kafka's
@@ -18,13 +18,16 @@ has the staging protocol's code loaded already. No Python process is started for
 count null keys).
 
 Errors, and what a failure leaves. Everything that can be checked before Spark starts is checked by
-`check_ingest` (the source exists and is readable, its format, the value options, the topic and its partition
-count against an existing topic). Rows whose key is null are counted by the tasks: with `null_keys="error"` a
+`check_ingest` (the source exists and is readable, its format, the value options, the topic name and its
+partition count against an existing topic, the output can be created and written). Rows whose key is null are counted by the tasks: with `null_keys="error"` a
 task that meets one stops staging and only counts, and the ingest raises `NullKeyError` (with the count) with
 nothing written; with `"drop"` they are left out and counted in the result. Every other Spark failure —
 reading the source, a failing task — becomes one `IngestError` whose message is one line
 (`describe_spark_error`). The tasks stage their pieces outside the topic's partitions, so a failure before the
 commit leaves the output as it was: staged files are removed and a log dir the job created is removed again.
+An interrupted job (KeyboardInterrupt, a signal's exception) is cancelled, and its tasks waited for, before
+the staging is removed; the staging directory is made here before the job, so a task that starts after the
+abort fails rather than make it again. Once the commit has started it is not aborted (`on_commit`).
 """
 
 from __future__ import annotations
