@@ -7,11 +7,12 @@ Exit codes: 0 success, 1 a problem with the data (verify found problems, a parti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import click
@@ -748,7 +749,7 @@ class _IngestSignals:
     """Ctrl-C and SIGTERM during `ingest`: before the commit, KeyboardInterrupt and `_Terminated` (the job is
     aborted); during it, held (`held` names the signal) until the commit has finished, which is then the
     outcome. Also remembers any signal, so that a Spark failure caused by it (a signal to the process group
-    ends the JVM too) is taken as the signal (`raise_if_signalled`). An ignored SIGINT (a background job)
+    ends the JVM too) is taken as the signal (`failures_as_the_signal`). An ignored SIGINT (a background job)
     stays ignored. Main thread only (where the command runs); restores the handlers on exit."""
 
     def __enter__(self) -> _IngestSignals:
@@ -783,9 +784,16 @@ class _IngestSignals:
     def committing(self, started: bool) -> None:
         self._committing = started
 
-    def raise_if_signalled(self) -> None:
-        if self._signalled is not None:
-            raise self._signalled() from None
+    @contextlib.contextmanager
+    def failures_as_the_signal(self) -> Iterator[None]:
+        """Any exception after a signal is the signal's: a signal to the whole process group ends the JVM too,
+        and py4j then raises whatever the dying connection gave it."""
+        try:
+            yield
+        except Exception:
+            if self._signalled is not None:
+                raise self._signalled() from None
+            raise
 
     def __exit__(self, exc_type, exc, tb) -> None:
         import signal
@@ -920,31 +928,26 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
         with _SigtermStopsCleaning(), _IngestSignals() as signals:
             try:
                 try:
-                    spark = get_session(master, app_name=f"logcleaner ingest {topic}", console=console)
+                    with signals.failures_as_the_signal():
+                        spark = get_session(master, app_name=f"logcleaner ingest {topic}", console=console)
                 except SparkUnavailableError as exc:
-                    signals.raise_if_signalled()
                     raise click.ClickException(one_line(str(exc))) from None
                 signals.install()
                 startup_s = time.perf_counter() - started
                 try:
-                    result = run_ingest(
-                        spark, source, key_column=key_column, timestamp_column=timestamp_column,
-                        compression=compression, records_per_batch=records_per_batch, segment_bytes=segment_bytes,
-                        read_options=options, job_id=job_id, on_commit=signals.committing, **request,
-                    )
+                    with signals.failures_as_the_signal():
+                        result = run_ingest(
+                            spark, source, key_column=key_column, timestamp_column=timestamp_column,
+                            compression=compression, records_per_batch=records_per_batch,
+                            segment_bytes=segment_bytes, read_options=options, job_id=job_id,
+                            on_commit=signals.committing, **request,
+                        )
                 except IngestUsageError as exc:
-                    signals.raise_if_signalled()
                     raise OneLineUsageError(str(exc)) from None
                 except SegmentError as exc:  # IngestError, NullKeyError, a partition that cannot be read
-                    # a signal to the whole process group also ends the JVM: Spark's failure is then the signal's
-                    signals.raise_if_signalled()
                     raise click.ClickException(one_line(str(exc))) from None
                 except OSError as exc:
-                    signals.raise_if_signalled()
                     raise click.ClickException(describe_os_error(exc)) from None
-                except Exception:
-                    signals.raise_if_signalled()  # whatever a dying JVM made py4j raise
-                    raise
             except (KeyboardInterrupt, _Terminated):
                 _stop_spark_now(spark, console)
                 spark = None

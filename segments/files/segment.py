@@ -521,11 +521,8 @@ class LogSegment:
         self._next_offset = int(last_offsets[-1]) + 1
         return start
 
-    def index_full(self) -> bool:
-        return self.offset_index.is_full or self.time_index.is_full
-
     def index_room(self) -> int:
-        """How many more entries both indexes take (the smaller of the two)."""
+        """How many more entries both indexes take (the smaller of the two; 0: full, the log must roll)."""
         return min(self.offset_index.entries_max - self.offset_index.entries,
                    self.time_index.entries_max - self.time_index.entries)
 

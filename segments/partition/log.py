@@ -591,14 +591,12 @@ class PartitionLog:
                 )
             if result.n_batches == 0:
                 raise ValueError("nothing to append")
-            next_offset = self.log_end_offset
-            first = next_offset
+            first = self.log_end_offset
             deltas = result.last_offset - result.base_offset
-            for pos, delta in zip(result.batch_position.tolist(), deltas.tolist()):
-                fmt.PREFIX.pack_into(buf, pos, next_offset, fmt.PREFIX.unpack_from(buf, pos)[1])
-                next_offset += delta + 1
-            last = next_offset - 1
             last_offsets = first + np.cumsum(deltas + 1) - 1  # each batch's last offset after reassignment
+            for pos, base in zip(result.batch_position.tolist(), (last_offsets - deltas).tolist()):
+                fmt.PREFIX.pack_into(buf, pos, base, fmt.PREFIX.unpack_from(buf, pos)[1])
+            last = int(last_offsets[-1])
             max_ts = result.max_timestamp
             max_timestamp = int(max_ts.max())
             # an entry needs more than index.interval.bytes appended since the one before it
@@ -658,7 +656,7 @@ class PartitionLog:
             reason = "segment.bytes"
         elif waited_ms > self.config.segment_ms:
             reason = "segment.ms"
-        elif active.index_full() or active.index_room() < incoming_entries:
+        elif active.index_room() < incoming_entries:  # full, or without room for this append's entries
             reason = "index full"
         elif incoming_last_offset - active.base_offset > fmt.RELATIVE_OFFSET_MAX:
             reason = "relative offset limit"

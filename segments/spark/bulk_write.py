@@ -314,20 +314,21 @@ def _reset_checkpoints(log_dir: Path, topic: str, partition: int, recovery_point
         update_log_dir_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT, key, recovery_point)
 
 
-def _append_partition(plog: PartitionLog, pieces: Sequence[StagedPiece]) -> tuple[int, int]:
+def _append_partition(plog: PartitionLog, pieces: Sequence[StagedPiece]) -> int:
+    """Append the pieces to an existing partition; returns its new log end offset."""
     _append_pieces(plog, pieces)
     if plog.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT) is not None:
         plog.write_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT, plog.log_end_offset)  # committed data
-    return plog.log_end_offset, plog.size_bytes
+    return plog.log_end_offset
 
 
 def _build_partition(staging: Path, topic: str, partition: int, pieces: Sequence[StagedPiece], config: LogConfig,
-                     ) -> tuple[Path, int, int]:
+                     ) -> tuple[Path, int]:
     built = staging / "out" / f"{topic}-{partition}"
     with PartitionLog.open(built, mode="writer", config=config, create=True) as plog:
         if pieces:
             _append_pieces(plog, pieces, flush=False)
-        return built, plog.log_end_offset, plog.size_bytes
+        return built, plog.log_end_offset
 
 
 def _place_partition(log_dir: Path, staging: Path, topic: str, partition: int, built: Path, end: int, *,
@@ -399,9 +400,9 @@ def commit_job(
             # Phase two: what readers see changes from here on.
             appending = {p: pool.submit(_append_partition, plog, ordered[p]) for p, plog in appends.items()}
             ends = {}
-            for p, (path, end, size) in built.items():
+            for p, (path, end) in built.items():
                 if _place_partition(root, staging, topic, p, path, end, replace=overwrite):
-                    ends[p] = (end, size)
+                    ends[p] = end
                 else:  # created by another job since the commit looked: our pieces go after its records
                     with PartitionLog.open(root / f"{topic}-{p}", mode="writer", config=config,
                                            lock_timeout_s=_LOCK_TIMEOUT_S) as plog:
@@ -411,7 +412,7 @@ def commit_job(
             for p in range(partitions):
                 summary.records[p] = sum(s.records for s in by_partition[p])
                 summary.bytes[p] = sum(s.bytes for s in by_partition[p])  # appended as staged, offsets aside
-                summary.log_end_offset[p] = ends[p][0]
+                summary.log_end_offset[p] = ends[p]
         if overwrite:
             for p, path in topic_partition_dirs(root, topic).items():
                 if p >= partitions:
