@@ -19,10 +19,18 @@ import click
 
 from segments.codec.errors import SegmentError
 
-from .cli_support import MB, CommandGroup, OneLineUsageError, megabytes, notes_on_rebuilt_indexes, one_line
+from .cli_support import (
+    MB,
+    CommandGroup,
+    OneLineUsageError,
+    end_process,
+    megabytes,
+    notes_on_rebuilt_indexes,
+    one_line,
+)
 from .listen import DEFAULT_LISTEN, client_url
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
 
 DEFAULT_SPARK_MASTER = "local[*]"  # of clean --spark
 
@@ -1177,5 +1185,15 @@ def demo(directory: Path, records: int, keys: int, partitions: int) -> None:
     sys.exit(1 if failed or after.problems else 0)
 
 
+def entry() -> None:
+    """The `logcleaner` console script and `python -m cleaner.cli`: the command group, then the process ends
+    without the interpreter's teardown (`cli_support.end_process`). Tests call `main` (click's runner)."""
+    try:
+        main()  # click's standalone mode: always ends in SystemExit
+    except SystemExit as exc:
+        end_process(exc.code)
+        raise
+
+
 if __name__ == "__main__":
-    main()
+    entry()

@@ -91,3 +91,47 @@ def test_the_package_facades_import_nothing_heavy_and_still_give_every_public_na
     before, missing = json.loads(done.stdout.strip().splitlines()[-1])
     assert {name.split(".")[0] for name in before}.isdisjoint(NEVER_LIGHT + ("numpy",))
     assert missing == []
+
+
+# ---- the end of the process (`cli_support.end_process`) ---------------------------------------------------------
+
+_END_PROBE = """
+import atexit, sys, threading
+from cleaner.cli import entry
+
+class Teardown:
+    def __del__(self):  # runs only in the interpreter's teardown
+        sys.stdout.write("teardown ran\\n"); sys.stdout.flush()
+
+_kept = Teardown()
+atexit.register(lambda: print("exit handler ran", flush=True))
+if sys.argv[1] == "thread":  # a thread that is not a daemon's: Python must wait for it, so the teardown runs
+    gate = threading.Event()
+    threading.Thread(target=gate.wait, args=(0.5,), daemon=False).start()
+sys.argv = ["logcleaner", *sys.argv[2:]]
+entry()
+"""
+
+
+@pytest.mark.parametrize("case, args, code, teardown", [
+    ("plain", ["--version"], 0, False),
+    ("plain", ["clean"], 2, False),  # a usage error: its status, its message
+    ("thread", ["--version"], 0, True),
+])
+def test_the_console_script_ends_after_its_exit_handlers_without_the_teardown_unless_a_thread_needs_it(
+        tmp_path, case, args, code, teardown):
+    done = subprocess.run([sys.executable, "-c", _END_PROBE, case, *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == code, done.stderr
+    assert "exit handler ran" in done.stdout
+    assert ("teardown ran" in done.stdout) == teardown
+    assert ("logcleaner, version" in done.stdout) == (args == ["--version"])
+    if code == 2:
+        assert done.stderr.startswith("Error: ") and "Traceback" not in done.stderr
+
+
+def test_the_console_script_is_the_entry_that_ends_the_process_early():
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "logcleaner"]
+    assert script.value == "cleaner.cli:entry"
