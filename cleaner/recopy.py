@@ -476,7 +476,6 @@ def clean_group(
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     ring: WindowRing | None = None,
     charge_io: Callable[[int], None] = lambda n: None,
-    after_read: Callable[[LogSegment], None] | None = None,
 ) -> LogSegment | None:
     """Write the `.cleaned` segment replacing `group` (fsynced, mtime of the group's last segment).
 
@@ -485,9 +484,7 @@ def clean_group(
     before any fsync and `stats.groups_unchanged` counts it. On any error the `.cleaned` files are removed and
     the error propagates; the log itself is untouched. `ring` holds the read buffers (a new one if None).
     `charge_io(n)` is called before each read (on the read-ahead thread) and each write of n bytes (the I/O
-    throttle: it may block, or raise to abort); `on_bytes(n, direction)` after each. `after_read(segment)` is
-    called on the read-ahead thread once a segment of the group has been read to its end (the round frees its
-    cached pages there).
+    throttle: it may block, or raise to abort); `on_bytes(n, direction)` after each.
     """
     started = time.monotonic()
     cleaned = None if ctx.dry_run else log.new_cleaned_segment(group[0].base_offset)
@@ -503,8 +500,7 @@ def clean_group(
         output = _OutputBuffer()
         unchanged = len(group) == 1  # several segments become one: never the same files
         for result, action, keep, needs_horizon, clear_horizon, counts, kept_control, invalid in read_ahead(
-            _decided_windows(group, ctx, ring if ring is not None else WindowRing(WINDOW_BYTES), charge_io,
-                             after_read),
+            _decided_windows(group, ctx, ring if ring is not None else WindowRing(WINDOW_BYTES), charge_io),
             name="recopy-read-ahead",
         ):
             check_abort()
@@ -558,8 +554,7 @@ def clean_group(
 
 
 def _decided_windows(group: list[LogSegment], ctx: RecopyContext, ring: WindowRing,
-                     charge_io: Callable[[int], None] | None = None,
-                     after_read: Callable[[LogSegment], None] | None = None):
+                     charge_io: Callable[[int], None] | None = None):
     """(scan result, actions, keep mask, needs horizon, clear horizon, the window's counts, its kept control
     batches' base offsets, invalid count) per window of `group` (`_decide`, `_horizons`), in order (the transaction state of `ctx` advances window by window); runs on
     the read-ahead thread (charges each read to `charge_io` before it, reads, scans and decides; the map and
@@ -575,8 +570,6 @@ def _decided_windows(group: list[LogSegment], ctx: RecopyContext, ring: WindowRi
             action, keep, needs_horizon, invalid = _decide(result, ctx, retain_legacy_tombstones, group_last)
             action, clear_horizon, counts, kept_control = _horizons(result, ctx, action, keep, needs_horizon)
             yield result, action, keep, needs_horizon, clear_horizon, counts, kept_control, invalid
-        if after_read is not None:
-            after_read(seg)
 
 
 def _count_window(stats: RecopyStats, counts: np.ndarray, invalid: int) -> None:

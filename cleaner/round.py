@@ -243,15 +243,10 @@ def clean_round(
         segment_index_bytes=topic.segment_index_bytes,
     )
     verified, verify_s = 0, 0.0
-    # A segment the recopy has read to its end is not read again in this round (unless the verification reads
-    # its group once more): its cached pages are freed on the remover's thread while the round goes on,
-    # instead of by the unlink after the swap.
-    remover = None if dry_run or verify else log_.remover
-    after_read = None if remover is None else (lambda seg: remover.release(seg.paths.log))
     for group in groups:
         unchanged_before = stats.groups_unchanged
         cleaned = clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes, ring=ring,
-                              charge_io=charge_io, after_read=after_read)
+                              charge_io=charge_io)
         if cleaned is None:
             if stats.groups_unchanged > unchanged_before:
                 log.debug("group unchanged, not swapped dir=%s base_offset=%d", log_.directory, group[0].base_offset)

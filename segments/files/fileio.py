@@ -99,23 +99,6 @@ class FileOps:
             self.fsync_dir(path.parent)
 
 
-_REMOVE, _RELEASE = "remove", "release"
-
-
-def _drop_cached_pages(path: Path) -> None:
-    """posix_fadvise(DONTNEED) of the whole of `path`: a hint; a file gone or unreadable is left alone."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _fd_path(fd: int) -> str:
     """The path an open file descriptor refers to, for error messages (best effort)."""
     try:
@@ -131,32 +114,22 @@ class BackgroundRemover:
     """Removes files on a thread of its own, in the order handed over, so that a swap's `.deleted` files do not
     hold up the round that made them (Kafka also deletes them later, after `file.delete.delay.ms`).
 
-    Unlinking a file of a GB frees its page-cache pages in the kernel: ~0.2 s per GB, on the round's thread
-    until then. A file left when the process ends (a crash) is removed by recovery at the next open of its log
+    Unlinking a file of a GB frees its page-cache pages and its blocks in the kernel: ~0.15-0.2 s per GB (of
+    which ~0.06 s the pages; more with a filesystem mounted with `discard`), on the round's thread until then. A file left when the process ends (a crash) is removed by recovery at the next open of its log
     (`segments.partition.recovery`: `.deleted` files are never part of a log). A removal that fails is logged
-    and left to that recovery. `release()` drops a file's cached pages on the same thread, so a round can free
-    the pages of segments it has finished reading while it goes on. `drain()` waits until every file handed
-    over so far is gone (or released); the owner calls it before it reports disk usage or exits.
+    and left to that recovery. `drain()` waits until every file handed over so far is gone; the owner calls it
+    before it reports disk usage or exits.
     """
 
     def __init__(self, file_ops: FileOps | None = None) -> None:
         self._file_ops = file_ops or DEFAULT_FILE_OPS
-        self._queue: queue.Queue[list[tuple[str, Path]] | None] = queue.Queue()
+        self._queue: queue.Queue[list[Path] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="logcleaner-remover", daemon=True)
         self._thread.start()
 
     def remove(self, paths: list[Path]) -> None:
         """Remove `paths` soon, in this order (files already gone are no error)."""
-        self._queue.put([(_REMOVE, path) for path in paths])
-
-    def release(self, path: Path) -> None:
-        """Drop `path`'s pages from the page cache soon (`posix_fadvise(DONTNEED)`; the file stays).
-
-        For a segment a round has read for the last time and will replace: its pages are freed here, beside
-        the rest of the round, instead of by the unlink after the swap (then the unlink frees almost nothing).
-        A file already gone is no error; dirty pages are left to the kernel's writeback (DONTNEED skips them).
-        """
-        self._queue.put([(_RELEASE, path)])
+        self._queue.put(list(paths))
 
     def drain(self) -> None:
         """Wait until every file handed over so far has been removed (or its removal failed)."""
@@ -164,12 +137,9 @@ class BackgroundRemover:
 
     def _run(self) -> None:
         while True:
-            items = self._queue.get()
+            paths = self._queue.get()
             try:
-                for what, path in items or ():
-                    if what == _RELEASE:
-                        _drop_cached_pages(path)
-                        continue
+                for path in paths or ():
                     try:
                         self._file_ops.remove(path)
                     except OSError as exc:
