@@ -1,0 +1,78 @@
+"""Interleaved A/B of whole `logcleaner clean` processes: the same partition cleaned by the code of two or more
+trees, run after run in turn, so that the machine's drift falls on every tree alike.
+
+Per run and tree: `cp -r` of the partition into a fresh directory under `--data-dir` and `sync`, then one
+`python -m cleaner.cli clean DIR --json` with `PYTHONPATH=TREE` (a worktree of the commit to measure, e.g.
+`git worktree add /tmp/before HEAD~1`; `.` is this one). Prints per tree the median of the wall time of the
+process and of the round's own figures from its JSON (`survey_s`, `index_s`, `recopy_s`, `elapsed_s`), and
+the wall time minus the round (start-up, opening, the end of the process). A benchmark measures; it never
+asserts a time. The inputs are any partition directory, e.g. one `bench/run.py --keep` left.
+
+Usage: python bench/ab.py PARTITION_DIR --runs 10 --tree /tmp/before --tree .
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+NOW_MS = 1_900_000_000_000
+FIELDS = ("survey_s", "index_s", "recopy_s", "elapsed_s")
+
+
+def _one(partition: Path, tree: Path, run_dir: Path, dedupe_bytes: int) -> dict:
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    subprocess.run(["cp", "-r", str(partition), str(run_dir)], check=True)
+    subprocess.run(["sync"], check=True)
+    target = run_dir / partition.name
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "cleaner.cli", "clean", str(target), "--json", "--now-ms", str(NOW_MS),
+         "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}"],
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(tree)), cwd=tree)
+    wall = time.perf_counter() - started
+    if done.returncode:
+        raise SystemExit(f"clean with {tree} failed ({done.returncode}): {done.stderr.strip()}")
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"wall_s": wall, **{f: float(summary[f]) for f in FIELDS}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("partition", type=Path, help="a partition directory (never changed: copies are cleaned)")
+    parser.add_argument("--tree", type=Path, action="append", required=True, help="a tree whose code runs (repeat)")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--dedupe-mb", type=float, default=256)
+    parser.add_argument("--data-dir", type=Path, default=BENCH / "data")
+    args = parser.parse_args()
+    trees = [t.resolve() for t in args.tree]
+    run_dir = args.data_dir / "ab-run"
+    rows: dict[Path, list[dict]] = {t: [] for t in trees}
+    try:
+        for _ in range(args.runs):
+            for tree in trees:
+                rows[tree].append(_one(args.partition.resolve(), tree, run_dir, int(args.dedupe_mb * 2**20)))
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    print(f"{args.partition}: {args.runs} runs per tree, interleaved; load average at the end "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("| tree | wall s | survey s | index s | recopy s | round s | wall minus round s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for tree, runs in rows.items():
+        med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", *FIELDS)}
+        outside = statistics.median(r["wall_s"] - r["elapsed_s"] for r in runs)
+        print(f"| {tree} | {med['wall_s']:.3f} | {med['survey_s']:.3f} | {med['index_s']:.3f} | "
+              f"{med['recopy_s']:.3f} | {med['elapsed_s']:.3f} | {outside:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
