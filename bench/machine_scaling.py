@@ -34,7 +34,7 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 
-from segments.codec._crc_kernels import batch_crcs  # noqa: E402 (after the path is set)
+from segments.codec._crc_kernels import batch_crcs
 
 SIZE = 256 << 20
 CHUNK = 8 << 20
