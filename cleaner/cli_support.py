@@ -113,9 +113,11 @@ class CommandGroup(click.Group):
 def end_process(code: object) -> None:
     """End the process with `code` (a `SystemExit` code) now, without the interpreter's teardown, when nothing
     needs it: no other thread that is not a daemon's is running (Python would wait for it) and no Spark
-    gateway was started (its JVM is stopped by pyspark's own teardown). Exit handlers (`atexit`: logging's
-    flush among them) run first, and stdout and stderr are flushed; a stream that cannot be flushed any more
-    (a closed pipe) is given up, as Python would. Returns, doing nothing, when the interpreter must end it.
+    gateway was started (its JVM is stopped by pyspark's own teardown). Exit handlers run first (logging's
+    flush among them; `atexit._run_exitfuncs` is what the interpreter's own exit calls), then stdout and stderr
+    are flushed; a stream that cannot be flushed any more (a closed pipe) is given up, and a status that was 0
+    becomes 141 for stdout (as `CommandGroup` ends a closed pipe) or 120 for stderr (as Python does). Returns,
+    doing nothing, when the interpreter must end the process.
     """
     if "pyspark" in sys.modules or any(
         t is not threading.main_thread() and t.is_alive() and not t.daemon for t in threading.enumerate()

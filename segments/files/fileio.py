@@ -115,7 +115,8 @@ class BackgroundRemover:
     hold up the round that made them (Kafka also deletes them later, after `file.delete.delay.ms`).
 
     Unlinking a file of a GB frees its page-cache pages and its blocks in the kernel: ~0.15-0.2 s per GB (of
-    which ~0.06 s the pages; more with a filesystem mounted with `discard`), on the round's thread until then. A file left when the process ends (a crash) is removed by recovery at the next open of its log
+    which ~0.06 s the pages; more with a filesystem mounted with `discard`), on the round's thread until then.
+    A file left when the process ends (a crash) is removed by recovery at the next open of its log
     (`segments.partition.recovery`: `.deleted` files are never part of a log). A removal that fails is logged
     and left to that recovery. `drain()` waits until every file handed over so far is gone; the owner calls it
     before it reports disk usage or exits.
