@@ -586,9 +586,11 @@ class Reader:
     def iter_pass(self, plog: PartitionLog, p: Pass) -> None:
         log_end = plog.log_end_offset
         for batch in plog.iter_batches(p.start):
+            # The iteration refreshes the log when it starts (the writer's appends since the line above are in
+            # it), so the log end to check a batch against is the one read after the batch, never before it.
+            log_end = max(log_end, plog.log_end_offset)
             self.take_batch(p, batch, log_end)
             p.position = max(p.position, batch.header.last_offset + 1)
-            log_end = max(log_end, plog.log_end_offset)
         self.state.count(p.partition, "iterations")
 
     def take_batch(self, p: Pass, batch: RecordBatch, log_end: int) -> None:
