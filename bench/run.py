@@ -97,10 +97,12 @@ def _log_bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.glob("*.log"))
 
 
-def _generate(workload: str, log_dir: Path, scale: float) -> dict:
-    """Generate in a child process, so this driver stays small (a child's peak RSS can include its parent's)."""
+def _generate(workload: str, log_dir: Path, scale: float, seed: int | None = None) -> dict:
+    """Generate in a child process, so this driver stays small (a child's peak RSS can include its parent's:
+    Linux records the parent's high-water mark at the child's exec)."""
     res = subprocess.run(
-        [sys.executable, str(BENCH / "workloads.py"), workload, str(log_dir), "--scale", str(scale)],
+        [sys.executable, str(BENCH / "workloads.py"), workload, str(log_dir), "--scale", str(scale),
+         *(["--seed", str(seed)] if seed is not None else [])],
         capture_output=True, text=True, cwd=ROOT,
     )
     if res.returncode:
