@@ -8,6 +8,9 @@ process and of the round's own figures from its JSON (`survey_s`, `index_s`, `re
 the wall time minus the round (start-up, opening, the end of the process). A benchmark measures; it never
 asserts a time. The inputs are any partition directory, e.g. one `bench/run.py --keep` left.
 
+A tree may carry environment variables for its processes: `--tree .:LOGCLEANER_KERNELS=jit` runs this tree's
+code with numba's JIT instead of the kernels' module built ahead of time.
+
 Usage: python bench/ab.py PARTITION_DIR --runs 10 --tree /tmp/before --tree .
 """
 
@@ -33,7 +36,14 @@ NOW_MS = 1_900_000_000_000
 FIELDS = ("survey_s", "index_s", "recopy_s", "elapsed_s")
 
 
-def _one(partition: Path, tree: Path, run_dir: Path, dedupe_bytes: int) -> dict:
+def _tree(spec: str) -> tuple[Path, dict[str, str]]:
+    """`TREE[:NAME=VALUE,...]` → (the tree, the variables its processes get)."""
+    path, _, variables = spec.partition(":")
+    return Path(path).resolve(), dict(v.split("=", 1) for v in variables.split(",") if v)
+
+
+def _one(partition: Path, spec: str, run_dir: Path, dedupe_bytes: int) -> dict:
+    tree, variables = _tree(spec)
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     target = run_dir / partition.name
@@ -42,7 +52,7 @@ def _one(partition: Path, tree: Path, run_dir: Path, dedupe_bytes: int) -> dict:
     done = subprocess.run(
         [sys.executable, "-m", "cleaner.cli", "clean", str(target), "--json", "--now-ms", str(NOW_MS),
          "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}"],
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(tree)), cwd=tree)
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(tree), **variables), cwd=tree)
     wall = time.perf_counter() - started
     if done.returncode:
         raise SystemExit(f"clean with {tree} failed ({done.returncode}): {done.stderr.strip()}")
@@ -53,14 +63,15 @@ def _one(partition: Path, tree: Path, run_dir: Path, dedupe_bytes: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("partition", type=Path, help="a partition directory (never changed: copies are cleaned)")
-    parser.add_argument("--tree", type=Path, action="append", required=True, help="a tree whose code runs (repeat)")
+    parser.add_argument("--tree", action="append", required=True,
+                        help="a tree whose code runs, optionally with variables: TREE[:NAME=VALUE,...] (repeat)")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--dedupe-mb", type=float, default=256)
     parser.add_argument("--data-dir", type=Path, default=BENCH / "data")
     args = parser.parse_args()
-    trees = [t.resolve() for t in args.tree]
+    trees = list(args.tree)
     run_dir = args.data_dir / "ab-run"
-    rows: dict[Path, list[dict]] = {t: [] for t in trees}
+    rows: dict[str, list[dict]] = {t: [] for t in trees}
     try:
         for _ in range(args.runs):
             for tree in trees:

@@ -18,9 +18,9 @@ It decides what a rebuilt header says, not how it is laid out: headers are writt
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from segments.codec import compiled
 from segments.codec import format as fmt
 from segments.codec._header_kernels import write_v2_header
 from segments.codec._lz4_kernels import compress_frame, frame_bound
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def mark_offsets(bits, start, offsets):
     """Set the bit of every offset in [start, start + 8 * bits.size); other offsets (-1 included) are ignored."""
     end = start + 8 * bits.size
@@ -42,7 +42,7 @@ def mark_offsets(bits, start, offsets):
             bits[d >> 3] |= np.uint8(1 << (d & 7))
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def offsets_marked(bits, start, offsets, out):
     """out[i] = 1 if offsets[i]'s bit is set, 0 if not, -1 if offsets[i] lies outside the bitmap."""
     end = start + 8 * bits.size
@@ -55,7 +55,7 @@ def offsets_marked(bits, start, offsets, out):
             out[i] = -1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@compiled.njit(cache=True, nogil=True, inline="always")
 def _read_varint(buf, pos):
     z = np.uint64(0)
     shift = 0
@@ -70,7 +70,7 @@ def _read_varint(buf, pos):
     return value, pos
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@compiled.njit(cache=True, nogil=True, inline="always")
 def _varint_size(value):
     z = (np.uint64(value) << np.uint64(1)) ^ np.uint64(value >> 63)
     size = 1
@@ -80,7 +80,7 @@ def _varint_size(value):
     return size
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@compiled.njit(cache=True, nogil=True, inline="always")
 def _write_varint(out, pos, value):
     z = (np.uint64(value) << np.uint64(1)) ^ np.uint64(value >> 63)
     while z >= np.uint64(0x80):
@@ -91,7 +91,7 @@ def _write_varint(out, pos, value):
     return pos + 1
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def rebase_records(src, record_pos, record_size, new_deltas, out):
     """Write each record `i` (at `src[record_pos[i]:+record_size[i]]`) into `out` with timestamp delta
     `new_deltas[i]`; returns the bytes written. `out` must hold the worst case (sizes + 10 per record)."""
@@ -112,7 +112,7 @@ def rebase_records(src, record_pos, record_size, new_deltas, out):
     return o
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def copy_records(src, record_pos, record_size, out):
     """Concatenate the raw records at `src[record_pos[i]:+record_size[i]]` into `out`; returns bytes written."""
     o = 0
@@ -133,7 +133,7 @@ ACTION_REBUILD = 2
 ACTION_EMPTY = 3
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def assemble_batches(
     src, arena, start, action, batch_position, base_position, batch_size, magic, attributes, clear, base_offset,
     last_offset, base_ts, max_ts, horizon, pid, epoch, seq, ple, in_arena, record_start, needs_horizon, new_horizon,
@@ -284,12 +284,12 @@ COUNT_KEPT_CONTROL = 8  # how many base offsets of kept control batches are in `
 COUNTS = 9
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@compiled.njit(cache=True, nogil=True, inline="always")
 def _is_control(magic, attributes):
     return magic >= fmt.MAGIC_V2 and (attributes & fmt.CONTROL_FLAG) != 0
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def decide_window(
     phase, offsets, key_len, value_len, batch_index, magic, attributes, producer_id, records_count, record_start,
     horizon, aborted, retain_empty, bits, bits_start, use_bits, latest_offset, now_ms, partial, retain_legacy,
@@ -415,7 +415,7 @@ def decide_window(
     return DECIDE_DONE
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def window_horizons(
     action, keep, needs_horizon, offsets, value_len, batch_index, magic, attributes, base_offset, horizon,
     first_dirty, now_ms, new_horizon, partial, clear, pending, kept_control, counts,
@@ -493,7 +493,7 @@ def window_horizons(
 # ---- the records a window adds to the offset map (`cleaner.indexing`) ---------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def select_keys(offsets, key_len, batch_index, magic, attributes, aborted, first_dirty, first_uncleanable,
                 in_arena, out_offsets, out_rows, out_in_arena):
     """The records of a window the index phase inserts, in order: keyed, with an offset in [first_dirty,
@@ -516,7 +516,7 @@ def select_keys(offsets, key_len, batch_index, magic, attributes, aborted, first
     return count
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def producer_last_batches(producer_id, magic, attributes, last_offset, table_producer_id, table_last_data,
                           table_last_entry, table_last_timestamp, table_open_first, expired_before, out):
     """out[i]: v2 batch i holds its producer's last data offset (Kafka's isBatchLastRecordOfProducer), by the
@@ -549,7 +549,7 @@ def producer_last_batches(producer_id, magic, attributes, last_offset, table_pro
             out[i] = _is_control(magic[i], attributes[i]) and last_offset[i] == table_last_entry[row]
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def marker_runs(producer_id, marker, written, out, pids, first, before, after):
     """The transactions a window's markers end, per producer, in one walk over its batches in order: a
     producer's COMMIT/ABORT `marker` ends the run of its `written` (transactional data) batches since its previous

@@ -1,71 +1,50 @@
-"""numba's kernels compiled in a child process, so that a cleaning process never holds LLVM's compile memory.
+"""The kernels compiled in a child process, once per installation and machine: numba's on-disk cache, then one
+extension module built ahead of time, so that a cleaning process neither compiles nor imports numba.
 
-numba compiles a kernel at its first call when its on-disk cache has nothing for this machine: ~10 s, and
-~80-100 MB more peak RSS in the process that compiles (bench/RESULTS.md: compile runs peaked ~90 MiB above
-cached ones). `ensure_compiled()` runs before a process's first round: when the stamp says the cache was
-filled for these kernel sources, this numba and this CPU, it returns at once; otherwise it runs `python -m
-cleaner.kernel_cache`, which cleans small synthetic logs (every codec, legacy v0/v1, transactions, tombstones,
-the safety check) so that every kernel is compiled with the argument types a round uses, writes the stamp, and
-exits; the caller then only loads from the cache. If the child fails, or the cache directory cannot be
-written, the round compiles in-process as before (slower to start, bigger, never wrong).
+numba compiles a kernel at its first call when its on-disk cache has nothing for this machine (~10 s, and
+~80-100 MB more peak RSS in the process that compiles), and a process that only loads from that cache still
+imports numba and llvmlite (~0.3 s with the GIL held, ~110 MiB). `ensure_compiled()` runs before a process's
+first round: when the stamp says this was done for these kernel sources, this numba and this CPU, it returns at
+once; otherwise it runs `python -m cleaner.kernel_cache`, which cleans small synthetic logs under numba's JIT
+(every codec, legacy v0/v1, transactions, tombstones, the safety check, both CRC-32C variants) so that every
+kernel is compiled with the argument types a round uses, then compiles those kernels with those signatures
+into one extension module (numba's `pycc`, the GIL released around every call; `segments.codec.compiled`
+loads it), writes the stamp, and exits. If the child fails, or the cache directory cannot be written, the round
+compiles in-process as before (slower to start, bigger, never wrong); if only the module cannot be built (no C
+compiler), processes load numba's cache as before.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
+import json
 import logging
 import os
-import platform
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
-__all__ = ["ensure_compiled", "stamp_path"]
+from segments.codec import compiled
+
+__all__ = ["build_module", "ensure_compiled", "stamp_path"]
 
 log = logging.getLogger(__name__)
 
-_PACKAGES = ("segments", "offsetmap", "cleaner")  # the kernels, and every module whose constants they freeze
-_CHILD_TIMEOUT_S = 600
+_CHILD_TIMEOUT_S = 900
 _NOW_MS = 1_900_000_000_000
+_KERNEL_PACKAGES = ("segments.", "offsetmap.", "cleaner.")
 
 
 def _package_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def _fingerprint() -> str:
-    """What numba's cache depends on: the sources (every module of the three packages, by name, size and
-    mtime, as numba stamps a kernel's file), numba's version, the Python and the CPU."""
-    digest = hashlib.sha256()
-    root = _package_root()
-    for package in _PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            st = path.stat()
-            digest.update(f"{path.relative_to(root)} {st.st_size} {st.st_mtime_ns}\n".encode())
-    spec = importlib.util.find_spec("numba")
-    if spec is not None and spec.origin:
-        st = Path(spec.origin).stat()
-        digest.update(f"numba {spec.origin} {st.st_size} {st.st_mtime_ns}\n".encode())
-    digest.update(sys.version.encode())
-    digest.update(platform.machine().encode())
-    try:
-        cpu = Path("/proc/cpuinfo").read_text(errors="replace")
-        digest.update("".join(line for line in cpu.splitlines(True) if line.startswith(("model name", "flags")))
-                      .encode()[:8192])
-    except OSError:
-        digest.update(platform.processor().encode())
-    return digest.hexdigest()
-
-
 def stamp_path() -> Path:
-    """Where the stamp lives: with numba's cache (NUMBA_CACHE_DIR if set, else the kernels' `__pycache__`)."""
-    configured = os.environ.get("NUMBA_CACHE_DIR")
-    if configured:
-        return Path(configured) / "logcleaner-kernels.stamp"
-    return _package_root() / "segments" / "codec" / "__pycache__" / "logcleaner-kernels.stamp"
+    """Where the stamp lives: with numba's cache (`segments.codec.compiled.cache_dir()`)."""
+    return compiled.cache_dir() / "logcleaner-kernels.stamp"
 
 
 _lock = threading.Lock()
@@ -89,7 +68,7 @@ def ensure_compiled() -> bool:
 def _fill_cache() -> bool:
     stamp = stamp_path()
     try:
-        fingerprint = _fingerprint()
+        fingerprint = compiled.fingerprint()
         if stamp.exists() and stamp.read_text().strip() == fingerprint:
             return True
         stamp.parent.mkdir(parents=True, exist_ok=True)
@@ -99,6 +78,7 @@ def _fill_cache() -> bool:
         return False
     log.info("compiling the cleaner's kernels in a child process (once per installation and machine)")
     env = dict(os.environ)
+    env[compiled.MODE_ENV] = "jit"  # the child compiles with numba, then builds the module from what it compiled
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_package_root()), env.get("PYTHONPATH", "")) if p)
     try:
         done = subprocess.run([sys.executable, "-m", "cleaner.kernel_cache"], env=env, stdin=subprocess.DEVNULL,
@@ -162,8 +142,9 @@ def _warm_up_logs(root: Path) -> list[Path]:
 
 
 def _warm_up() -> None:
-    """Compile every kernel a round runs (the child's work), then write the stamp."""
+    """Compile every kernel a round runs (the child's work)."""
     from offsetmap import OffsetMap
+    from segments.codec import _crc_kernels
     from segments.files.readahead import WindowRing
     from segments.partition.log import PartitionLog
 
@@ -171,7 +152,6 @@ def _warm_up() -> None:
     from .settings import Settings
     from .survey import WINDOW_BYTES
 
-    fingerprint = _fingerprint()
     with tempfile.TemporaryDirectory(prefix="logcleaner-warm-up-") as tmp:
         for part in _warm_up_logs(Path(tmp)):
             topic = Settings.from_mappings({"cleanup.policy": "compact", "delete.retention.ms": 0}).topic(
@@ -180,6 +160,123 @@ def _warm_up() -> None:
                 with PartitionLog.open(part, mode="cleaner") as log_:
                     clean_round(log_, topic, OffsetMap(1 << 20), now_ms=_NOW_MS, seed=7, verify=verify,
                                 force_recopy=True, ring=WindowRing(WINDOW_BYTES))
+    chosen = _crc_kernels.variant()
+    for name in _crc_kernels.VARIANTS:  # the variant not chosen here is chosen by LOGCLEANER_CRC32C
+        try:
+            _crc_kernels.use_variant(name)
+        except ValueError:
+            continue
+        _crc_kernels.crc32c(_bytes(b"123456789"))
+        _crc_kernels.stamp_v2_crcs(_bytes(bytes(61)), _int64s([]))
+    _crc_kernels.use_variant(chosen)
+
+
+def _bytes(data: bytes) -> Any:
+    import numpy as np
+
+    return np.frombuffer(bytearray(data), dtype=np.uint8)
+
+
+def _int64s(values: list[int]) -> Any:
+    import numpy as np
+
+    return np.array(values, dtype=np.int64)
+
+
+def _exports() -> list[tuple[str, Any, list[Any]]]:
+    """(symbol, Python function, its numba signatures) of every kernel this process has compiled."""
+    from numba.core.registry import CPUDispatcher
+
+    found = []
+    for name, module in sorted(sys.modules.items()):
+        if module is None or not name.startswith(_KERNEL_PACKAGES):
+            continue
+        for attribute, value in sorted(vars(module).items()):
+            if (isinstance(value, CPUDispatcher) and value.py_func.__module__ == name
+                    and value.py_func.__name__ == attribute and value.nopython_signatures):
+                found.append((compiled.export_name(name, attribute), value.py_func, list(value.nopython_signatures)))
+    return found
+
+
+def _argument_spec(numba_type: Any) -> list[Any]:
+    """How `segments.codec.compiled.Kernel` checks an argument: ["array", dtype, ndim, read-only] or
+    ["scalar", name]."""
+    from numba import types
+    from numba.np.numpy_support import as_dtype
+
+    if isinstance(numba_type, types.Array):
+        if numba_type.layout != "C":
+            raise TypeError(f"{numba_type}: only C-contiguous arrays are exported")
+        return ["array", as_dtype(numba_type.dtype).str, numba_type.ndim, not numba_type.mutable]
+    return ["scalar", str(numba_type)]
+
+
+def build_module(folder: Path, print_: str) -> Path:
+    """Compile every kernel this process has compiled once (with that one signature) into the extension
+    module for fingerprint `print_`, in `folder`, with its signature table beside it; returns its path.
+    Needs a C compiler and the Python headers (raises if the build fails)."""
+    from numba.pycc import CC
+    from numba.pycc import compiler as pycc_compiler
+
+    from segments.codec import _lz4_kernels
+
+    exports = _exports()
+    if not exports:
+        raise RuntimeError("no kernel was compiled by numba in this process")
+    so_path, table_path = compiled.aot_files(print_)
+    so_path, table_path = folder / so_path.name, folder / table_path.name
+    module_name = so_path.name.split(".", 1)[0]
+    table = {symbol: [[_argument_spec(t) for t in signature.args] for signature in signatures]
+             for symbol, _, signatures in exports}
+
+    # pycc compiles every export with one Flags object that a compilation may change (numba turns SSA off for
+    # some functions), and never releases the GIL: each export gets its own copy, with the GIL released.
+    original: Any = pycc_compiler.compile_extra
+
+    def compile_one(*args: Any, **kwargs: Any) -> Any:  # compile_extra(typingctx, targetctx, func, args,
+        flags = args[5].copy()  # return_type, flags, locals=..., library=...)
+        flags.release_gil = True
+        return original(*args[:5], flags, *args[6:], **kwargs)
+
+    with tempfile.TemporaryDirectory(prefix="logcleaner-aot-") as tmp:
+        shim = Path(tmp) / "lz4_shim.c"
+        shim.write_text(_lz4_kernels.LZ4_SHIM_C)
+        cc = CC(module_name)
+        cc.output_dir = tmp
+        cc.target_cpu = "host"
+        cc._mixin_sources = [*cc._mixin_sources, str(shim)]
+        for symbol, func, signatures in exports:
+            for i, signature in enumerate(signatures):
+                cc.export(compiled.variant_name(symbol, i), signature)(func)
+        pycc_compiler.compile_extra = compile_one
+        try:
+            cc.compile()
+        finally:
+            pycc_compiler.compile_extra = original
+        built = Path(tmp) / cc.output_file
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob(compiled.AOT_PREFIX + "*"):
+            if stale.name not in (so_path.name, table_path.name):
+                stale.unlink(missing_ok=True)
+        partial = table_path.with_name(table_path.name + f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(table, sort_keys=True))
+        os.replace(partial, table_path)
+        partial = so_path.with_name(so_path.name + f".{os.getpid()}.tmp")
+        shutil.copyfile(built, partial)
+        os.replace(partial, so_path)
+    return so_path
+
+
+def _child() -> None:
+    """Compile every kernel under numba, build the module (when this machine can), then write the stamp."""
+    os.environ[compiled.MODE_ENV] = "jit"  # before any kernel module is imported: the build needs numba's kernels
+    fingerprint = compiled.fingerprint()
+    _warm_up()
+    try:
+        build_module(compiled.cache_dir(), fingerprint)
+    except Exception as exc:  # noqa: BLE001 - no compiler, no headers, a pycc limit: numba's cache serves
+        print(f"the kernels' module was not built ({type(exc).__name__}: {exc}); numba's cache serves",
+              file=sys.stderr)
     stamp = stamp_path()
     stamp.parent.mkdir(parents=True, exist_ok=True)
     tmp_stamp = stamp.with_name(stamp.name + f".{os.getpid()}.tmp")
@@ -188,4 +285,4 @@ def _warm_up() -> None:
 
 
 if __name__ == "__main__":
-    _warm_up()
+    _child()

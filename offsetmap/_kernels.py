@@ -7,7 +7,7 @@ anything proportional to the table or to the number of keys (the span kernels us
 call), do I/O, log, or validate arguments (`map.py` and `hashing.py` do that before calling in; these
 kernels trust their inputs and numba does not bounds-check).
 
-Every kernel is `@numba.njit(cache=True, nogil=True)`, and all compiled code of the map stays in this one
+Every kernel is `@compiled.njit(cache=True, nogil=True)`, and all compiled code of the map stays in this one
 file: numba's on-disk cache checks only the source file of the function it caches, so a kernel inlining a
 helper from another module could keep running a stale hash function, which means silent data loss.
 The table layout, the two-choice bucket probing (what a caller sees is only put/get semantics, Kafka's),
@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import sys
 
-import numba
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
+
+from segments.codec import compiled
 
 __all__ = [
     "BUCKET_SLOTS",
@@ -85,9 +82,13 @@ _S56 = np.uint64(56)
 # ------------------------------------------------------------------------------------------------ prefetch
 
 
-@intrinsic
+@compiled.intrinsic
 def _prefetch(typingctx, array, index):
     """Emit `llvm.prefetch` (read, keep in all cache levels) for the address of `array[index]`."""
+    from llvmlite import ir  # compile time only: the body runs when numba types a caller
+    from numba import types
+    from numba.core import cgutils
+
     if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
         return None
     signature = types.void(array, index)
@@ -111,9 +112,13 @@ def _prefetch(typingctx, array, index):
 # ------------------------------------------------------------------------------------------------ murmur3
 
 
-@intrinsic
+@compiled.intrinsic
 def _load_u64_unaligned(typingctx, array, index):
     """The 8 bytes at `array[index:index + 8]` as one native-endian uint64 (one unaligned load)."""
+    from llvmlite import ir  # compile time only: the body runs when numba types a caller
+    from numba import types
+    from numba.core import cgutils
+
     if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
         return None
     signature = types.uint64(array, index)
@@ -129,7 +134,7 @@ def _load_u64_unaligned(typingctx, array, index):
     return signature, codegen
 
 
-@numba.njit(inline="always")
+@compiled.njit(inline="always")
 def _load64_le(buf, p):
     """Little-endian uint64 from bytes buf[p:p+8]; the caller guarantees p + 8 <= buf.size."""
     if _LITTLE_ENDIAN:
@@ -146,7 +151,7 @@ def _load64_le(buf, p):
     )
 
 
-@numba.njit(inline="always")
+@compiled.njit(inline="always")
 def _fmix64(k):
     k ^= k >> _S33
     k *= _FMIX1
@@ -156,7 +161,7 @@ def _fmix64(k):
     return k
 
 
-@numba.njit(inline="always")
+@compiled.njit(inline="always")
 def _murmur3_x64_128(buf, pos, length, seed_word):
     """MurmurHash3_x64_128 of `buf[pos:pos+length]` with a 32-bit seed; returns (h1, h2) as mmh3 does."""
     h1 = seed_word
@@ -215,7 +220,7 @@ def _murmur3_x64_128(buf, pos, length, seed_word):
     return h1, h2
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def check_spans(buffer_bytes, key_pos, key_len):
     """Index of the first span not inside a buffer of `buffer_bytes` bytes (length -1 is a null key), or -1."""
     for i in range(key_pos.size):
@@ -228,7 +233,7 @@ def check_spans(buffer_bytes, key_pos, key_len):
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def hash_spans(buf, key_pos, key_len, seed_word, out_h1, out_h2):
     """Hash each key span in place in `buf`; a null key (length -1) gets (0, 0). Spans must be checked."""
     for i in range(key_pos.size):
@@ -242,7 +247,7 @@ def hash_spans(buf, key_pos, key_len, seed_word, out_h1, out_h2):
             out_h2[i] = b
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def hash_rows(buf_a, buf_b, key_pos, key_len, rows, in_b, seed_word, out_h1, out_h2):
     """Hash the key spans `rows[j]` in place, in `buf_b` where `in_b[j]`, else in `buf_a`; a null key (length -1)
     gets (0, 0). Checks as it goes: returns -1, or the first j whose row is not an index of the spans or whose
@@ -270,7 +275,7 @@ def hash_rows(buf_a, buf_b, key_pos, key_len, rows, in_b, seed_word, out_h1, out
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def check_offsets(offsets, offset_min):
     """Index of the first offset below `offset_min` or below its predecessor, or -1 if they all pass."""
     previous = offset_min
@@ -285,13 +290,13 @@ def check_offsets(offsets, offset_min):
 # ------------------------------------------------------------------------------------------------ table
 
 
-@numba.njit(inline="always")
+@compiled.njit(inline="always")
 def _bucket_of(hash_word, buckets_choice):
     # Lemire's range reduction on the high 32 bits: buckets_choice < 2**32, so the product fits 64 bits.
     return np.int64(((hash_word >> _S32) * buckets_choice) >> _S32)
 
 
-@numba.njit(inline="always")
+@compiled.njit(inline="always")
 def _prefetch_bucket(table, bucket):
     # All three lines of the bucket. Prefetching only the lines a scan is likely to reach at the current fill
     # measured slower at 50% and 90% fill (a miss in the second line then costs a full round trip). The word
@@ -303,13 +308,13 @@ def _prefetch_bucket(table, bucket):
     _prefetch(table, min(word + 2 * _LINE_WORDS, last))
 
 
-@numba.njit(inline="always")
+@compiled.njit(inline="always")
 def _prefetch_key(table, buckets_choice, a, b):
     _prefetch_bucket(table, _bucket_of(a, buckets_choice))
     _prefetch_bucket(table, _bucket_of(b, buckets_choice))
 
 
-@numba.njit(inline="always")
+@compiled.njit(inline="always")
 def _scan_bucket(table, slots, bucket, a, b):
     """(slot holding hash (a, b), -1) or (-1, first empty slot) or (-1, -1) if the bucket is full."""
     slot = bucket * BUCKET_SLOTS
@@ -324,7 +329,7 @@ def _scan_bucket(table, slots, bucket, a, b):
     return -1, -1
 
 
-@numba.njit(inline="always")
+@compiled.njit(inline="always")
 def _find(table, slots, buckets_choice, buckets_all, a, b):
     """(slot of key, -1) if present, else (-1, slot where a new key goes), or (-1, -1) if no slot is free."""
     b1 = _bucket_of(a, buckets_choice)
@@ -353,7 +358,7 @@ def _find(table, slots, buckets_choice, buckets_all, a, b):
     return -1, -1
 
 
-@numba.njit(inline="always")
+@compiled.njit(inline="always")
 def _store(table, slot, a, b, offset_word):
     word = slot * WORDS_PER_SLOT
     table[word] = a
@@ -361,7 +366,7 @@ def _store(table, slot, a, b, offset_word):
     table[word + 2] = offset_word
 
 
-@numba.njit(inline="always")
+@compiled.njit(inline="always")
 def _lookup_one(table, slots, buckets_choice, buckets_all, a, b):
     found, _ = _find(table, slots, buckets_choice, buckets_all, a, b)
     if found < 0:
@@ -373,7 +378,7 @@ def _lookup_one(table, slots, buckets_choice, buckets_all, a, b):
 # that returns a status: that measured ~5-10% faster at 90% fill.
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def put_one(table, slots, buckets_choice, buckets_all, a, b, offset, size, capacity):
     """Insert or overwrite one hash; returns (status, new size)."""
     found, free = _find(table, slots, buckets_choice, buckets_all, a, b)
@@ -386,13 +391,13 @@ def put_one(table, slots, buckets_choice, buckets_all, a, b, offset, size, capac
     return STATUS_INSERTED, size + 1
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def get_one(table, slots, buckets_choice, buckets_all, a, b):
     """Offset stored for one hash, or -1."""
     return _lookup_one(table, slots, buckets_choice, buckets_all, a, b)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, size, capacity, previous):
     """Insert entries in order until one new key does not fit; returns (entries consumed, new size).
 
@@ -425,7 +430,7 @@ def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, si
     return n, size
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def lookup_hashes(table, slots, buckets_choice, buckets_all, h1, h2, out):
     """out[i] = offset stored for (h1[i], h2[i]) or -1."""
     n = h1.size
@@ -438,7 +443,7 @@ def lookup_hashes(table, slots, buckets_choice, buckets_all, h1, h2, out):
         out[i] = _lookup_one(table, slots, buckets_choice, buckets_all, h1[i], h2[i])
 
 
-@numba.njit(inline="always")
+@compiled.njit(inline="always")
 def _hash_span(buf, key_pos, key_len, seed_word, i):
     length = np.int64(key_len[i])
     if length < 0:
@@ -446,7 +451,7 @@ def _hash_span(buf, key_pos, key_len, seed_word, i):
     return _murmur3_x64_128(buf, key_pos[i], length, seed_word)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def insert_spans(
     table, slots, buckets_choice, buckets_all, buf, key_pos, key_len, offsets, seed_word, size, capacity
 ):
@@ -489,7 +494,7 @@ def insert_spans(
     return n, size
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def lookup_spans(table, slots, buckets_choice, buckets_all, buf, key_pos, key_len, seed_word, out):
     """out[i] = offset stored for the key at span i, or -1 (always -1 for a null key); pipelined as insert_spans."""
     n = key_pos.size

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
+
+from segments.codec import compiled
 
 __all__ = ["KeyBloomFilter"]
 
@@ -25,7 +26,7 @@ _HASHES_DEFAULT = 2
 _BITS_MIN = 1024
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def _add(bits, m, k, h1, h2):
     for i in range(h1.size):
         a = h1[i]
@@ -35,7 +36,7 @@ def _add(bits, m, k, h1, h2):
             bits[pos >> np.uint64(3)] |= np.uint8(1) << np.uint8(pos & np.uint64(7))
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def _contains(bits, m, k, h1, h2, out):
     for i in range(h1.size):
         a = h1[i]

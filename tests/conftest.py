@@ -58,3 +58,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def soak_seconds(request: pytest.FixtureRequest) -> float:
     """Seconds of concurrent activity in the soak test (`--soak-seconds`, `$LOGCLEANER_SOAK_SECONDS`, 60)."""
     return _soak_seconds_of(request.config)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # The kernels' module is built (once per installation and machine, `cleaner.kernel_cache`) before any test
+    # imports a kernel module, so that the suite runs the kernels the product runs: the built module, and
+    # numba's JIT only where a test calls a kernel with arguments the module was not built for.
+    from cleaner import kernel_cache
+
+    kernel_cache.ensure_compiled()

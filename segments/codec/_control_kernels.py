@@ -10,9 +10,9 @@ never raises. Field offsets come from `segments.codec.format`; the varint reader
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from . import compiled
 from . import format as fmt
 from ._scan_kernels import _i16, _varint, _varlong
 
@@ -20,7 +20,7 @@ assert fmt.CONTROL_KEY_VERSION_BYTES == 2 and fmt.CONTROL_KEY_TYPE_BYTES == 2  #
 _CONTROL_KEY_BYTES = fmt.CONTROL_KEY.size  # a struct's size: not a compile-time constant for numba
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def _first_control_type(d, p, end, count, last_offset_delta):
     """(type, True) for the v2 records region d[p:end] of `count` records if the Python decoder accepts it and
     its first record's key is a control key; (0, False) when the caller must decide."""
@@ -66,7 +66,7 @@ def _first_control_type(d, p, end, count, last_offset_delta):
     return control_type, True
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def control_types(buf, records_pos, records_end, counts, last_offset_deltas, types, decided):
     """For each batch j whose records region is buf[records_pos[j]:records_end[j]] (uncompressed, wholly in
     `buf`): types[j] = its first control record's type and decided[j] = True, or decided[j] = False."""

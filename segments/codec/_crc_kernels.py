@@ -15,14 +15,9 @@ from __future__ import annotations
 import os
 import platform
 
-import numba
 import numpy as np
-from llvmlite import binding as llvm_binding
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
+from . import compiled
 from . import format as fmt
 from ._header_kernels import put_be
 
@@ -89,9 +84,13 @@ _LANE_LONG, _LANE_SHORT = _LANES
 # ---- the SSE4.2 instruction, as LLVM intrinsics ---------------------------------------------------------------
 
 
-@intrinsic
+@compiled.intrinsic
 def _sse42_crc_u64(typingctx, crc, buf, pos):
     """crc32 of the 8 bytes at buf[pos:pos + 8] (an unaligned little-endian load) into `crc` (uint32)."""
+    from llvmlite import ir  # compile time only: the body runs when numba types a caller
+    from numba import types
+    from numba.core import cgutils
+
     sig = types.uint32(types.uint32, buf, types.intp)
 
     def codegen(context, builder, signature, args):
@@ -106,9 +105,13 @@ def _sse42_crc_u64(typingctx, crc, buf, pos):
     return sig, codegen
 
 
-@intrinsic
+@compiled.intrinsic
 def _sse42_crc_u8(typingctx, crc, byte):
     """crc32 of one byte into `crc` (uint32)."""
+    from llvmlite import ir  # compile time only: the body runs when numba types a caller
+    from numba import types
+    from numba.core import cgutils
+
     sig = types.uint32(types.uint32, types.uint8)
 
     def codegen(context, builder, signature, args):
@@ -123,14 +126,14 @@ def _sse42_crc_u8(typingctx, crc, byte):
 # ---- one range, per variant (inlined into the kernels below) ------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@compiled.njit(cache=True, nogil=True, inline="always")
 def _shift(c, which):
     """The register `c` after the zero bytes of one lane of `_LANES[which]`."""
     s = _SHIFT
     return s[which, 0, c & 0xFF] ^ s[which, 1, (c >> 8) & 0xFF] ^ s[which, 2, (c >> 16) & 0xFF] ^ s[which, 3, c >> 24]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@compiled.njit(cache=True, nogil=True, inline="always")
 def _crc_sse42(buf, start, end):
     c = np.uint32(_MASK32)
     p = start
@@ -159,7 +162,7 @@ def _crc_sse42(buf, start, end):
     return np.int64(c ^ np.uint32(_MASK32))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@compiled.njit(cache=True, nogil=True, inline="always")
 def _crc_table(buf, start, end):
     t = _TABLE
     c = np.int64(_MASK32)
@@ -176,7 +179,7 @@ def _crc_table(buf, start, end):
     return c ^ _MASK32
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@compiled.njit(cache=True, nogil=True, inline="always")
 def _read_be(buf, pos, width):
     value = np.int64(0)
     for k in range(width):
@@ -187,7 +190,7 @@ def _read_be(buf, pos, width):
 # ---- the kernels: every range of a window in one call -------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def _batch_crcs_sse42(buf, starts, ends, out):
     for i in range(len(starts)):
         a, b = starts[i], ends[i]
@@ -197,7 +200,7 @@ def _batch_crcs_sse42(buf, starts, ends, out):
     return len(starts)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def _batch_crcs_table(buf, starts, ends, out):
     for i in range(len(starts)):
         a, b = starts[i], ends[i]
@@ -207,7 +210,7 @@ def _batch_crcs_table(buf, starts, ends, out):
     return len(starts)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def _stamp_sse42(buf, positions):
     for i in range(len(positions)):
         p = positions[i]
@@ -220,7 +223,7 @@ def _stamp_sse42(buf, positions):
     return len(positions)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def _stamp_table(buf, positions):
     for i in range(len(positions)):
         p = positions[i]
@@ -243,6 +246,11 @@ def _has_sse42() -> bool:
     """The CPU has SSE4.2 and numba compiles for it (not for a generic CPU named in NUMBA_CPU_NAME)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
+    if not compiled.numba_loaded() and compiled.aot_module() is not None:
+        return compiled.cpu_has("sse4_2")  # the built module was compiled for this CPU (its fingerprint's)
+    import numba
+    from llvmlite import binding as llvm_binding
+
     cpu_name, cpu_features = getattr(numba.config, "CPU_NAME", None), getattr(numba.config, "CPU_FEATURES", None)
     if cpu_name not in (None, "host"):
         return "+sse4.2" in (cpu_features or "")

@@ -14,15 +14,15 @@ format.py, delete the callers' `__pycache__/*.nbi` (or the new layout is not see
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from . import compiled
 from . import format as fmt
 
 __all__ = ["put_be", "write_v2_header"]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@compiled.njit(cache=True, nogil=True, inline="always")
 def put_be(out, pos, value, width):
     """Store the low `width` bytes of `value` at out[pos:pos + width], big-endian (two's complement)."""
     for k in range(width - 1, -1, -1):
@@ -30,7 +30,7 @@ def put_be(out, pos, value, width):
         value >>= 8
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def write_v2_header(out, hp, base_offset, batch_length, partition_leader_epoch, attributes, last_offset_delta,
                     base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, records_count):
     """Write the 61-byte header of a v2 batch at out[hp:hp + 61]: the given fields, magic 2 and a zero CRC."""

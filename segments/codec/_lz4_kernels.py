@@ -21,12 +21,10 @@ import ctypes
 import os
 from typing import Any
 
-import llvmlite.binding as llvm
-import numba
 import numpy as np
-from numba import types
 
 from . import _scan_kernels as k
+from . import compiled
 from . import format as fmt
 from .compression import _LZ4_STEP_BYTES_MIN as _STEP_BYTES_MIN
 from .errors import CorruptRecordError
@@ -86,26 +84,49 @@ def kafka_preferences() -> np.ndarray:
     return np.frombuffer(bytearray(prefs), dtype=np.uint64).copy()
 
 
-# name -> (restype, argtypes) as numba types; every pointer is passed as an integer address (uintp)
-_u = types.uintp
-_SIGNATURES = {
-    "LZ4F_isError": types.uint32(_u),
-    "LZ4F_createDecompressionContext": _u(_u, types.uint32),
-    "LZ4F_freeDecompressionContext": _u(_u),
-    "LZ4F_decompress": _u(_u, _u, _u, _u, _u, _u),
-    "LZ4F_compressFrameBound": _u(_u, _u),
-    "LZ4F_compressFrame": _u(_u, _u, _u, _u, _u),
-}
+# The bound names, in the order of the built module's `logcleaner_bind_lz4` slots (`LZ4_SHIM_C`).
+_NAMES = ("LZ4F_isError", "LZ4F_createDecompressionContext", "LZ4F_freeDecompressionContext", "LZ4F_decompress",
+          "LZ4F_compressFrameBound", "LZ4F_compressFrame")
 _stubs: list[object] = []  # keeps the stub callbacks alive
 
+# What the built module (`segments.codec.compiled`) links in place of LLVM's symbol table: one trampoline per
+# name, through a pointer `logcleaner_bind_lz4(slot, address)` sets; every pointer an integer (uintptr_t).
+LZ4_SHIM_C = """#include <stdint.h>
+typedef uintptr_t u;
+static u fp[6];
+void logcleaner_bind_lz4(int slot, u address) { if (slot >= 0 && slot < 6) fp[slot] = address; }
+uint32_t logcleaner_LZ4F_isError(u a) { return ((uint32_t (*)(u))fp[0])(a); }
+u logcleaner_LZ4F_createDecompressionContext(u a, uint32_t b) { return ((u (*)(u, uint32_t))fp[1])(a, b); }
+u logcleaner_LZ4F_freeDecompressionContext(u a) { return ((u (*)(u))fp[2])(a); }
+u logcleaner_LZ4F_decompress(u a, u b, u c, u d, u e, u f) { return ((u (*)(u, u, u, u, u, u))fp[3])(a, b, c, d, e, f); }
+u logcleaner_LZ4F_compressFrameBound(u a, u b) { return ((u (*)(u, u))fp[4])(a, b); }
+u logcleaner_LZ4F_compressFrame(u a, u b, u c, u d, u e) { return ((u (*)(u, u, u, u, u))fp[5])(a, b, c, d, e); }
+"""
 
-def _bind() -> tuple[ctypes.CDLL | None, str]:
-    """Register every symbol of `_SIGNATURES` with LLVM: liblz4's, or stubs if any is missing."""
+
+def _signature(name: str) -> Any:
+    """`name`'s numba signature (restype(argtypes)); every pointer is passed as an integer address (uintp)."""
+    from numba import types  # only when numba compiles a caller
+
+    u = types.uintp
+    return {
+        "LZ4F_isError": types.uint32(u),
+        "LZ4F_createDecompressionContext": u(u, types.uint32),
+        "LZ4F_freeDecompressionContext": u(u),
+        "LZ4F_decompress": u(u, u, u, u, u, u),
+        "LZ4F_compressFrameBound": u(u, u),
+        "LZ4F_compressFrame": u(u, u, u, u, u),
+    }[name]
+
+
+def _bind() -> tuple[ctypes.CDLL | None, str, dict[str, int]]:
+    """The addresses of `_NAMES` in liblz4, or of a stub if any is missing; given to the built module when
+    one serves the process (numba's JIT registers them with LLVM in `_external`)."""
     try:
         import lz4.frame._frame as frame_ext  # the extension module python-lz4 links liblz4 into
 
         lib = ctypes.CDLL(frame_ext.__file__)
-        addresses = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in _SIGNATURES}
+        addresses = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0 for name in _NAMES}
         reason = ""
     except (ImportError, OSError, AttributeError) as exc:
         lib, addresses, reason = None, {}, f"{type(exc).__name__}: {exc}"
@@ -113,22 +134,34 @@ def _bind() -> tuple[ctypes.CDLL | None, str]:
         reason = reason or "a symbol has no address"
         stub = ctypes.CFUNCTYPE(ctypes.c_size_t)(lambda: 0)  # never called: callers check ENABLED first
         _stubs.append(stub)
-        addresses = dict.fromkeys(_SIGNATURES, ctypes.cast(stub, ctypes.c_void_p).value)
+        addresses = dict.fromkeys(_NAMES, ctypes.cast(stub, ctypes.c_void_p).value or 0)
         lib = None
-    for name, address in addresses.items():
-        llvm.add_symbol(_PREFIX + name, address)
-    return lib, reason
+    built = compiled.aot_module()
+    if built is not None:
+        bind = ctypes.CDLL(built.__file__).logcleaner_bind_lz4
+        bind.argtypes = [ctypes.c_int, ctypes.c_size_t]
+        for slot, name in enumerate(_NAMES):
+            bind(slot, addresses[name])
+    return lib, reason, addresses
 
 
-_LIB, UNAVAILABLE_REASON = _bind()
+_LIB, UNAVAILABLE_REASON, _ADDRESSES = _bind()
 AVAILABLE = _LIB is not None
 ENABLED = AVAILABLE and os.environ.get("LOGCLEANER_LZ4_KERNELS", "1") != "0"
 
 
-
 def _external(name: str) -> Any:
-    """The registered symbol `name` as a function numba calls (typed by numba when a kernel compiles)."""
-    return types.ExternalFunction(_PREFIX + name, _SIGNATURES[name])
+    """`name` as a function numba calls: registered with LLVM under our prefix (so that no raw address is
+    compiled into a cached kernel) when numba's JIT first needs it."""
+
+    def make() -> Any:
+        import llvmlite.binding as llvm
+        from numba import types
+
+        llvm.add_symbol(_PREFIX + name, _ADDRESSES[name])
+        return types.ExternalFunction(_PREFIX + name, _signature(name))
+
+    return compiled.external(make)
 
 
 _is_error = _external("LZ4F_isError")
@@ -181,13 +214,13 @@ def new_state(decompressed_bytes_max: int, arena_bytes_max: int) -> tuple[np.nda
     return state, np.zeros(_WORK_WORDS, dtype=np.uint64), np.empty(_SCRATCH_BYTES, dtype=np.uint8)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@compiled.njit(cache=True, nogil=True, inline="always")
 def _at(arr, index):
     """The address of arr[index] (uintp)."""
     return arr.ctypes.data + np.uint64(index * arr.itemsize)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def _run_frame(dctx, src_addr, src_len, arena, dst, dst_cap, bytes_max, scratch, work):
     """Decode one frame into arena[dst:dst + dst_cap], then, when that is full and the frame goes on, into
     `scratch` (overwritten) only to check it and count its bytes. Returns (how it ended, bytes decoded, bytes
@@ -237,7 +270,7 @@ def _run_frame(dctx, src_addr, src_len, arena, dst, dst_cap, bytes_max, scratch,
             p_end = min(total + step, bytes_max + 1)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def decode_frames(src, hdr, rows, first, arena, state, work, scratch):
     """Decode the lz4 frames of the batches `rows[first:]` (scan header rows, in order) into `arena`.
 
@@ -331,13 +364,13 @@ def _error_name(code: int) -> str:
     return name.decode("ascii", "replace") if name else str(code)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def frame_bound(n, prefs):
     """The room `compress_frame` needs for `n` bytes (LZ4F_compressFrameBound)."""
     return np.int64(_frame_bound(np.uint64(n), _at(prefs, 0)))
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def compress_frame(src, src_pos, n, out, out_pos, prefs):
     """Compress src[src_pos:src_pos + n] as one lz4 frame at out[out_pos:] with `prefs` (`kafka_preferences`);
     returns its bytes, or -1 if liblz4 fails. `out` must hold `frame_bound(n, prefs)` bytes from out_pos."""

@@ -1,6 +1,6 @@
 """Compiled kernels of the bulk scan (`segments.codec.scan`); private, called only from there.
 
-Every kernel is `numba.njit(cache=True, nogil=True)` over uint8 arrays, reads big-endian fields by hand and
+Every kernel is `compiled.njit(cache=True, nogil=True)` over uint8 arrays, reads big-endian fields by hand and
 never raises: a kernel that meets invalid bytes writes an error record into its `info` array
 (`info[INFO_CODE]`, the byte index, the batch index and up to three details) and returns how many batches it
 completed before the bad one. `segments.codec.scan` turns that record into a typed exception. Buffers passed in are
@@ -15,9 +15,9 @@ The header *writer* of compiled code is `segments.codec._header_kernels.write_v2
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from . import compiled
 from . import format as fmt
 
 # ---- layout constants: `fmt.*` ints are used as they are; these are the ones numba cannot look up there -------
@@ -104,8 +104,8 @@ E_OFFSET_DELTA = 32
 E_REGION_TRAILING = 33
 E_LEGACY_INNER_SIZE_MIN = 34
 
-_jit = numba.njit(cache=True, nogil=True)
-_inline = numba.njit(cache=True, nogil=True, inline="always")
+_jit = compiled.njit(cache=True, nogil=True)
+_inline = compiled.njit(cache=True, nogil=True, inline="always")
 
 
 # ---- primitives -------------------------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def _varlong_slow(d, p, end):
     return np.int64(0), np.int64(-2)
 
 
-@numba.njit("void(int64[::1], int64, int64, int64, int64, int64, int64)", cache=True, nogil=True)
+@compiled.njit("void(int64[::1], int64, int64, int64, int64, int64, int64)", cache=True, nogil=True)
 def _fail(info, code, position, batch, d1, d2, d3):
     info[INFO_CODE] = code
     info[INFO_POSITION] = position

@@ -15,12 +15,12 @@ passes contiguous int64 arrays and gets the counts and the state after the last 
 
 from __future__ import annotations
 
-import numba
+from ..codec import compiled
 
 __all__ = ["index_candidates", "offset_entries", "time_entries"]
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def index_candidates(positions, last_offsets, max_timestamps, end, interval, bytes_since, max_timestamp, shallow_offset,
                      out_batch, out_timestamp, out_offset):
     """Walk the batches at `positions` (increasing; the last one ends at `end`) as appends, one by one.
@@ -51,7 +51,7 @@ def index_candidates(positions, last_offsets, max_timestamps, end, interval, byt
     return count, bytes_since, max_timestamp, shallow_offset
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def offset_entries(offsets, positions, base_offset, lowest_relative, lowest_position, relative_max, position_max,
                    out_relative, out_position):
     """`OffsetIndex.append`'s checks over entries at once: True when every `(offset, position)` would pass them
@@ -75,7 +75,7 @@ def offset_entries(offsets, positions, base_offset, lowest_relative, lowest_posi
     return True
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def time_entries(timestamps, offsets, base_offset, last_timestamp, last_offset, relative_max, out_timestamp,
                  out_relative):
     """The time index's append rule over candidates at once (`TimeIndex.maybe_append` one by one): when the

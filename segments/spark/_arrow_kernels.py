@@ -9,25 +9,25 @@ the caller, or records a scan already validated.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
+from ..codec import compiled
 from ..codec import format as fmt
 from ..codec._header_kernels import write_v2_header
 
 __all__ = ["encode_batches", "encode_runs", "gather_records", "group_rows", "header_sizes"]
 
-_jit = numba.njit(cache=True, nogil=True)
-_inline = numba.njit(cache=True, nogil=True, inline="always")
+_jit = compiled.njit(cache=True, nogil=True)
+_inline = compiled.njit(cache=True, nogil=True, inline="always")
 
 
-@intrinsic
+@compiled.intrinsic
 def _copy_bytes(typingctx, dst, dst_pos, src, src_pos, count):
     """dst[dst_pos:dst_pos + count] = src[src_pos:src_pos + count] as one memcpy (uint8 arrays; no bounds
     check, no overlap): numba's slice assignment copies byte by byte, ~5x slower on keys and values."""
+    from numba import types  # compile time only: the body runs when numba types a caller
+    from numba.core import cgutils
+
     if not all(isinstance(a, types.Array) and a.dtype == types.uint8 for a in (dst, src)):
         return None
     signature = types.void(dst, types.int64, src, types.int64, types.int64)

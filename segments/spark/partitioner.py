@@ -9,8 +9,9 @@ column of keys at once (the spans of an Arrow binary array, say) in compiled cod
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from ..codec import compiled
 
 __all__ = ["murmur2", "partition_for_key", "partitions_for_spans"]
 
@@ -18,7 +19,7 @@ _SEED = np.uint32(0x9747B28C)
 _M = np.uint32(0x5BD1E995)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@compiled.njit(cache=True, nogil=True, inline="always")
 def _murmur2(buf, pos, length):
     h = _SEED ^ np.uint32(length)
     whole = length & ~3
@@ -45,12 +46,12 @@ def _murmur2(buf, pos, length):
     return h
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def _murmur2_one(buf):
     return _murmur2(buf, 0, buf.size)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True)
 def _partitions(buf, key_pos, key_len, n, out):
     for i in range(key_pos.size):
         if key_len[i] < 0:

@@ -1,4 +1,5 @@
-"""The kernels are compiled in a child process, once per installation and machine (`cleaner.kernel_cache`)."""
+"""The kernels are compiled in a child process, once per installation and machine (`cleaner.kernel_cache`):
+numba's cache, then the module built ahead of time that later processes load instead of numba."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cleaner import kernel_cache
+from segments.codec import compiled
 from segments.tools.generate import WorkloadSpec, generate_partition
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +28,7 @@ def fresh(monkeypatch, tmp_path):
 def test_a_matching_stamp_runs_no_child(fresh, monkeypatch):
     stamp = kernel_cache.stamp_path()
     stamp.parent.mkdir(parents=True)
-    stamp.write_text(kernel_cache._fingerprint() + "\n")
+    stamp.write_text(compiled.fingerprint() + "\n")
 
     def no_child(*args, **kwargs):
         raise AssertionError("a child was started although the stamp matches")
@@ -59,34 +61,49 @@ def test_a_failed_child_leaves_compiling_to_the_process_with_a_warning(fresh, mo
 
 
 def test_a_source_change_changes_the_fingerprint(fresh, monkeypatch, tmp_path):
-    before = kernel_cache._fingerprint()
+    before = compiled.fingerprint()
     fake_root = tmp_path / "tree"
     for package in ("segments", "offsetmap", "cleaner"):
         (fake_root / package).mkdir(parents=True)
         (fake_root / package / "m.py").write_text("x = 1\n")
-    monkeypatch.setattr(kernel_cache, "_package_root", lambda: fake_root)
-    one = kernel_cache._fingerprint()
+    monkeypatch.setattr(compiled, "_package_root", lambda: fake_root)
+    one = compiled.fingerprint()
     (fake_root / "segments" / "m.py").write_text("x = 22\n")
-    assert kernel_cache._fingerprint() not in (one, before)
+    assert compiled.fingerprint() not in (one, before)
 
 
 @pytest.mark.slow
-def test_the_first_clean_after_an_install_compiles_nothing_itself(tmp_path):
-    """With an empty numba cache, `logcleaner clean` compiles in its child: the process itself only loads
-    from the cache (NUMBA_DEBUG_CACHE reports every save and load), and the stamp is written."""
-    part = tmp_path / "t-0"
-    generate_partition(part, WorkloadSpec(records=2000, keys=100, tombstone_fraction=0.1, segment_bytes=16 * 1024))
+def test_the_first_clean_after_an_install_compiles_nothing_itself_and_the_next_loads_no_numba(tmp_path):
+    """With an empty cache directory, `logcleaner clean` compiles in its child (numba's cache, then the module):
+    the process itself saves nothing to numba's cache (NUMBA_DEBUG_CACHE reports every save and load), the
+    stamp and the module are written, and the next clean runs on the module without importing numba."""
     cache = tmp_path / "numba-cache"
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), NUMBA_DEBUG_CACHE="1")
-    done = subprocess.run([sys.executable, "-m", "cleaner.cli", "clean", str(part), "--json"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    env.pop(compiled.MODE_ENV, None)
+    for name in ("first", "second"):
+        generate_partition(tmp_path / name / "t-0", WorkloadSpec(records=2000, keys=100, tombstone_fraction=0.1,
+                                                                 segment_bytes=16 * 1024))
+    done = subprocess.run([sys.executable, "-m", "cleaner.cli", "clean", str(tmp_path / "first" / "t-0"), "--json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     assert "data saved to" not in done.stdout  # numba's cache debug lines go to the process's stdout
-    assert "data loaded from" in done.stdout
-    assert (cache / "logcleaner-kernels.stamp").read_text().strip() == _fingerprint_in(env)
+    fingerprint = _fingerprint_in(env)
+    assert (cache / "logcleaner-kernels.stamp").read_text().strip() == fingerprint
+    so_path = cache / compiled.aot_files(fingerprint)[0].name
+    assert so_path.exists()
+
+    probe = ("import sys; from cleaner.cli import main\ntry:\n    main(sys.argv[1:], standalone_mode=False)\n"
+             "finally:\n    print('MODULES', ' '.join(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe, "clean", str(tmp_path / "second" / "t-0"), "--json"],
+                          cwd=ROOT, env=dict(env, **{compiled.MODE_ENV: "aot"}), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    modules = set(done.stdout.split("MODULES", 1)[1].split())
+    assert so_path.name.split(".", 1)[0] in modules
+    assert not {m.split(".")[0] for m in modules} & {"numba", "llvmlite"}
 
 
 def _fingerprint_in(env: dict) -> str:
-    code = "from cleaner import kernel_cache; print(kernel_cache._fingerprint())"
+    code = "from segments.codec import compiled; print(compiled.fingerprint())"
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           check=True).stdout.strip()

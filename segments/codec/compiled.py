@@ -1,0 +1,288 @@
+"""Where a compiled kernel comes from: the ahead-of-time module built for this installation, or numba's JIT.
+
+Owns the decorators every kernel module uses instead of numba's (`njit`, `intrinsic`, `external`) and the
+choice between two sources of the same machine code:
+* **ahead of time** (the default once built): `cleaner.kernel_cache` compiles every kernel a round calls into
+  one extension module (numba's `pycc`, with the GIL released around each call), stored beside numba's cache
+  under a name holding the sources' fingerprint (`fingerprint()`). Loading it takes well under a millisecond
+  and a few hundred KiB, where importing numba and loading its cache costs ~0.3 s of held GIL and ~110 MiB;
+* **numba's JIT** (its on-disk cache): when no module matches these sources, `LOGCLEANER_KERNELS=jit` is set,
+  or a kernel is called with arguments its exported signature does not take (another dtype, a non-contiguous
+  or read-only array where the kernel writes). Then numba is imported, every kernel made so far gets its
+  numba object, and those objects replace the placeholders in the kernel modules' globals, so that numba
+  compiles the kernels that call them as before. Each kernel is the same Python source either way.
+
+The choice is made once per process, at the first kernel module imported. Details and measurements:
+docs/design.md, "Compiled kernels ahead of time".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import platform
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "AOT_PREFIX",
+    "MODE_ENV",
+    "Kernel",
+    "aot_files",
+    "aot_module",
+    "cache_dir",
+    "export_name",
+    "variant_name",
+    "external",
+    "fingerprint",
+    "intrinsic",
+    "njit",
+    "numba_loaded",
+]
+
+# "auto" (the built module when it matches, else the JIT), "jit", or "aot": the built module or an error, and an
+# error where a kernel would fall back to the JIT (what the tests use to show the module serves every call)
+MODE_ENV = "LOGCLEANER_KERNELS"
+AOT_PREFIX = "logcleaner_kernels_"  # the extension module's name: this prefix and 16 hex digits of the fingerprint
+_PACKAGES = ("segments", "offsetmap", "cleaner")  # the kernels, and every module whose constants they freeze
+_lock = threading.RLock()
+
+
+def _package_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def cache_dir() -> Path:
+    """Where numba's cache, the kernels' stamp and the built module live: NUMBA_CACHE_DIR if set, else the
+    kernels' own `__pycache__`."""
+    configured = os.environ.get("NUMBA_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parent / "__pycache__"
+
+
+def fingerprint() -> str:
+    """What compiled code depends on: the sources (every module of the three packages, by name, size and
+    mtime, as numba stamps a kernel's file), numba's version, the Python and the CPU."""
+    digest = hashlib.sha256()
+    root = _package_root()
+    for package in _PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            st = path.stat()
+            digest.update(f"{path.relative_to(root)} {st.st_size} {st.st_mtime_ns}\n".encode())
+    spec = importlib.util.find_spec("numba")
+    if spec is not None and spec.origin:
+        st = Path(spec.origin).stat()
+        digest.update(f"numba {spec.origin} {st.st_size} {st.st_mtime_ns}\n".encode())
+    digest.update(sys.version.encode())
+    digest.update(platform.machine().encode())
+    digest.update(_cpu_text().encode()[:8192])
+    return digest.hexdigest()
+
+
+def _cpu_text() -> str:
+    try:
+        cpu = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return platform.processor()
+    return "".join(line for line in cpu.splitlines(True) if line.startswith(("model name", "flags")))
+
+
+def cpu_has(flag: str) -> bool:
+    """Whether /proc/cpuinfo lists `flag` (e.g. "sse4_2") for this CPU: what the built module was made for."""
+    return any(flag in line.split() for line in _cpu_text().splitlines() if line.startswith("flags"))
+
+
+def aot_files(print_: str | None = None) -> tuple[Path, Path]:
+    """The built module's file and its signature table for fingerprint `print_` (default: these sources)."""
+    name = AOT_PREFIX + (print_ or fingerprint())[:16]
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    folder = cache_dir()
+    return folder / f"{name}{suffix}", folder / f"{name}.json"
+
+
+def export_name(module: str, name: str) -> str:
+    """The name of kernel `name` of module `module` in the built module's signature table."""
+    return f"{module.replace('.', '_')}__{name}"
+
+
+def variant_name(symbol: str, index: int) -> str:
+    """The built module's function for signature `index` of the kernel `symbol` names."""
+    return f"{symbol}__{index}"
+
+
+# ---- the choice, once per process ---------------------------------------------------------------------------
+
+_decided: list[tuple[ModuleType | None, dict[str, list[list[Any]]]]] = []
+_jit_mode: list[Any] = []  # numba, once the process has switched to it
+_lazies: list[_Lazy] = []
+
+
+def _load_aot() -> tuple[ModuleType | None, dict[str, list[list[list[Any]]]]]:
+    mode = os.environ.get(MODE_ENV, "auto")
+    if mode == "jit":
+        return None, {}
+    try:
+        so_path, table_path = aot_files()
+        if not so_path.exists():
+            if mode == "aot":
+                raise RuntimeError(f"{MODE_ENV}=aot: no kernels' module built for these sources ({so_path})")
+            return None, {}
+        table = json.loads(table_path.read_text())
+        name = so_path.name.split(".", 1)[0]
+        spec = importlib.util.spec_from_file_location(name, so_path)
+        if spec is None or spec.loader is None:
+            return None, {}
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module, table
+    except (OSError, ImportError, ValueError):
+        return None, {}
+
+
+def aot_module() -> ModuleType | None:
+    """The built module this process uses (None: numba's JIT); decided at the first call."""
+    if not _decided:
+        with _lock:
+            if not _decided:
+                _decided.append(_load_aot())
+    return _decided[0][0]
+
+
+def numba_loaded() -> bool:
+    """Whether this process has switched to numba's JIT (every kernel is then numba's)."""
+    return bool(_jit_mode)
+
+
+def _numba() -> Any:
+    """Switch the process to numba's JIT: give every placeholder its numba object and put it in the kernel
+    modules' globals in the placeholder's place. Returns numba."""
+    if _jit_mode:
+        return _jit_mode[0]
+    with _lock:
+        if not _jit_mode:
+            if os.environ.get(MODE_ENV) == "aot":
+                raise RuntimeError(f"{MODE_ENV}=aot: a kernel needs numba's JIT")
+            numba = _import_numba()
+            for lazy in list(_lazies):
+                lazy.real()
+            for name, module in list(sys.modules.items()):
+                if module is None or name.split(".", 1)[0] not in _PACKAGES:
+                    continue
+                namespace = vars(module)
+                for key, value in list(namespace.items()):
+                    if isinstance(value, _Lazy):
+                        namespace[key] = value.real()
+            _jit_mode.append(numba)
+    return _jit_mode[0]
+
+
+def _import_numba() -> Any:
+    import numba  # the JIT: loaded only when no built module serves a kernel
+
+    return numba
+
+
+class _Lazy:
+    """A placeholder for a numba object, made by `real()` when the process switches to the JIT."""
+
+    __slots__ = ("_made", "_make")
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._made: list[Any] = []
+        _lazies.append(self)
+
+    def real(self) -> Any:
+        if not self._made:
+            self._made.append(self._make())
+        return self._made[0]
+
+
+class Kernel(_Lazy):
+    """A kernel of the built module: calls the built function of the first exported signature its arguments
+    match, else numba's dispatcher of the same function (compiled, or loaded from numba's cache, then)."""
+
+    __slots__ = ("_variants", "py_func")
+
+    def __init__(self, fn: Callable[..., Any], signature: tuple[Any, ...], options: dict[str, Any],
+                 variants: list[tuple[Any, list[tuple[np.dtype, int, bool] | None]]]) -> None:
+        super().__init__(lambda: _import_numba().njit(*signature, **options)(fn))
+        self.py_func = fn
+        self._variants = variants
+
+    def __call__(self, *args: Any) -> Any:
+        for function, checks in self._variants:
+            if len(args) != len(checks):
+                continue
+            for arg, check in zip(args, checks, strict=True):
+                if check is not None:
+                    dtype, ndim, writes = check
+                    if not (isinstance(arg, np.ndarray) and arg.dtype == dtype and arg.ndim == ndim
+                            and arg.flags.c_contiguous and (arg.flags.writeable or not writes)):
+                        break
+            else:
+                return function(*args)
+        if os.environ.get(MODE_ENV) == "aot":
+            kinds = ", ".join(f"{a.dtype}[{a.ndim}d{'' if a.flags.c_contiguous else ' strided'}"
+                              f"{'' if a.flags.writeable else ' read-only'}]" if isinstance(a, np.ndarray)
+                              else type(a).__name__ for a in args)
+            raise RuntimeError(f"{MODE_ENV}=aot: {self!r} has no built variant for ({kinds})")
+        _numba()
+        return self.real()(*args)
+
+    def __repr__(self) -> str:
+        return f"<kernel {self.py_func.__module__}.{self.py_func.__qualname__}>"
+
+
+def _array_checks(spec: list[list[Any]]) -> list[tuple[np.dtype, int, bool] | None]:
+    """Per argument: (dtype, ndim, the kernel may write to it) for an array, None for a scalar."""
+    return [(np.dtype(arg[1]), int(arg[2]), not arg[3]) if arg[0] == "array" else None for arg in spec]
+
+
+def njit(*signature: Any, **options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """numba.njit(*signature, **options), or, when the built module serves this process, a `Kernel` (the built function
+    for an exported kernel; the placeholder of one that only other kernels call)."""
+
+    def decorate(fn: Callable[..., Any]) -> Any:
+        if _jit_mode or aot_module() is None:
+            return _numba().njit(*signature, **options)(fn)
+        symbol = export_name(fn.__module__, fn.__name__)
+        module, table = _decided[0]
+        variants = [(getattr(module, variant_name(symbol, i)), _array_checks(spec))
+                    for i, spec in enumerate(table.get(symbol, ())) if hasattr(module, variant_name(symbol, i))]
+        return Kernel(fn, signature, options, variants)
+
+    return decorate
+
+
+def intrinsic(fn: Callable[..., Any]) -> Any:
+    """numba.extending.intrinsic(fn); a placeholder while the built module serves the process."""
+
+    def make() -> Any:
+        from numba.extending import intrinsic as numba_intrinsic
+
+        return numba_intrinsic(fn)
+
+    if _jit_mode or aot_module() is None:
+        _numba()
+        return make()
+    return _Lazy(make)
+
+
+def external(make: Callable[[], Any]) -> Any:
+    """`make()` (a numba object such as an ExternalFunction, made with numba imported); a placeholder while
+    the built module serves the process."""
+    if _jit_mode or aot_module() is None:
+        _numba()
+        return make()
+    return _Lazy(make)

@@ -1,0 +1,120 @@
+"""The kernels' two sources (`segments.codec.compiled`): the module built ahead of time and numba's JIT clean to
+the same bytes; the module serves every call of a round (`LOGCLEANER_KERNELS=aot` turns a fallback into an
+error); a call it was not built for falls back to numba with the right result, never runs on the wrong types.
+
+The suite's session start builds the module (`tests/conftest.py`), so the in-process tests run it too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from segments.codec import compiled
+from segments.tools.generate import WorkloadSpec, generate_partition
+
+from ..cleaner.builders import random_log
+
+ROOT = Path(__file__).resolve().parents[2]
+NOW_MS = 1_900_000_000_000
+
+
+def _env(mode: str) -> dict[str, str]:
+    return dict(os.environ, **{compiled.MODE_ENV: mode}, PYTHONPATH=str(ROOT))
+
+
+def _clean_all(root: Path, mode: str) -> dict[str, str]:
+    """Clean every partition under `root` in one `logcleaner clean` (kernels from `mode`); SHA-256 per file."""
+    for part in sorted(p for p in root.iterdir() if p.is_dir()):
+        done = subprocess.run([sys.executable, "-m", "cleaner.cli", "clean", str(part), "--json", "--now-ms",
+                               str(NOW_MS), "--set", "cleanup.policy=compact", "--set", "delete.retention.ms=0",
+                               "--set", "log.cleaner.dedupe.buffer.size=1048576"],
+                              env=_env(mode), capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert done.returncode == 0, (part.name, mode, done.stderr)
+    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(root.rglob("*")) if f.is_file() and not f.name.endswith(".lock")}
+
+
+@pytest.mark.slow
+def test_the_built_module_and_the_jit_clean_to_the_same_bytes(tmp_path):
+    """Every codec, transactions with aborts, tombstones, legacy wrappers via the random builder; the module is
+    required (a kernel it does not serve fails the clean) on one side, numba alone on the other."""
+    sources = tmp_path / "sources"
+    for codec in range(5):
+        generate_partition(sources / f"codec{codec}-0", WorkloadSpec(records=3000, keys=90, records_per_batch=20,
+                                                                     tombstone_fraction=0.2, compression=codec,
+                                                                     segment_bytes=32 * 1024, seed=codec))
+    for seed in range(6):
+        random_log(sources / f"random{seed}-0", seed, offset_gap=seed % 2)
+    results = {}
+    for mode in ("jit", "aot"):
+        copy = tmp_path / mode
+        subprocess.run(["cp", "-a", str(sources), str(copy)], check=True)
+        results[mode] = _clean_all(copy, mode)
+    assert results["aot"] == results["jit"]
+    assert len(results["aot"]) > 30
+
+
+_FALLBACK_PROBE = """
+import json, sys
+import numpy as np
+from segments.codec import _crc_kernels as crc, compiled
+buf = np.frombuffer(b"123456789" * 4, dtype=np.uint8)
+out = np.zeros(2, dtype=np.int64)
+ends = np.array([9, 0, 18, 0], dtype=np.int64)[::2]  # strided: not what the module was built for
+loaded_before = compiled.numba_loaded()
+try:
+    crc.batch_crcs(buf, np.array([0, 9], dtype=np.int64), ends, out)
+    result = [int(x) for x in out]
+except RuntimeError as exc:
+    result = str(exc)
+print(json.dumps({"before": loaded_before, "after": compiled.numba_loaded(), "result": result,
+                  "numba": "numba" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["auto", "aot"])
+def test_a_call_the_module_was_not_built_for_goes_to_numba_or_fails_in_aot_mode(mode):
+    done = subprocess.run([sys.executable, "-c", _FALLBACK_PROBE], env=_env(mode), capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["before"] is False  # the module served the process until then
+    if mode == "auto":
+        assert found["result"] == [0xE3069283, 0xE3069283]  # CRC-32C("123456789"), the check value
+        assert found["after"] is True and found["numba"] is True
+    else:
+        assert "has no built variant" in found["result"] and "strided" in found["result"]
+        assert found["numba"] is False
+
+
+_READ_ONLY_PROBE = """
+import numpy as np
+from segments.codec import _crc_kernels as crc
+buf = np.frombuffer(bytes(61), dtype=np.uint8)  # read-only: the kernel writes the CRC field
+try:
+    crc.stamp_v2_crcs(buf, np.array([0], dtype=np.int64))
+except RuntimeError as exc:
+    print("REFUSED", exc)
+"""
+
+
+def test_a_read_only_buffer_is_never_given_to_a_kernel_that_writes():
+    done = subprocess.run([sys.executable, "-c", _READ_ONLY_PROBE], env=_env("aot"), capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "REFUSED" in done.stdout and "read-only" in done.stdout
+
+
+def test_the_module_is_named_by_the_sources_fingerprint(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    so_path, table_path = compiled.aot_files("ab" * 32)
+    assert so_path.parent == tmp_path and table_path.parent == tmp_path
+    assert so_path.name.startswith(compiled.AOT_PREFIX + "ab" * 8 + ".")
+    assert table_path.name == compiled.AOT_PREFIX + "ab" * 8 + ".json"
