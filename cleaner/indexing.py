@@ -45,7 +45,7 @@ _NO_BATCHES = np.empty(0, dtype=np.bool_)  # no batch is aborted
 
 @functools.cache
 def _kern() -> ModuleType:
-    """`cleaner._kernels`, imported at the first call: numba loads only when a round indexes (the CLI's start-up
+    """`cleaner._kernels`, imported at the first call: the kernels load only when a round indexes (the CLI's start-up
     stays fast), and a cached call is cheaper per window than an `import` statement."""
     from . import _kernels
 

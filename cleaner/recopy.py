@@ -154,7 +154,7 @@ def group_segments(
 
 @functools.cache
 def _kern() -> ModuleType:
-    """`cleaner._kernels`, imported at the first call: numba loads only when a round recopies (the CLI's start-up
+    """`cleaner._kernels`, imported at the first call: the kernels load only when a round recopies (the CLI's start-up
     stays fast), and a cached call is cheaper per window than an `import` statement."""
     from . import _kernels
 

@@ -1,6 +1,7 @@
 """The compiled kernels (`_kernels.py`), loaded at the first operation that runs one, and the table layout.
 
-numba and llvmlite take about 0.35 s to import. A map is made (its table allocated, its sizing checked) by
+Loading the kernels is not free (numba and llvmlite take about 0.35 s to import when the module built ahead of
+time does not serve the process: `segments.codec.compiled`). A map is made (its table allocated, its sizing checked) by
 commands that may never insert a key — `logcleaner clean` of a log with nothing to clean — so the package
 imports without them: `kernels()` imports `_kernels` at the first insert, lookup, span check or span hash,
 once per process.

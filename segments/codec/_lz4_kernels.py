@@ -8,11 +8,13 @@ checks and limits of `compression.decompress` (`frame_error` turns its status in
 `compression.compress` writes (Kafka's: independent 64 KiB blocks, no checksums, no content size, level 0),
 byte for byte, for the cleaner's recopy kernels.
 
-The symbols are registered with LLVM under names of our own (`logcleaner_LZ4F_*`) and called as external
-functions, so the kernels stay cacheable (`cache=True`: no raw address is compiled in). When a symbol cannot be
-bound, `AVAILABLE` is False (`UNAVAILABLE_REASON` says why), every name is bound to a stub so that the kernels
-still link, and callers keep to the Python path; `ENABLED` (False also with `LOGCLEANER_LZ4_KERNELS=0`) is what
-they check, at call time. Importing this module binds the library: import it only where numba is imported.
+The kernels call the symbols as external functions under names of our own (`logcleaner_LZ4F_*`), so that no
+raw address is compiled in: numba's JIT registers those names with LLVM, and the module built ahead of time
+(`segments.codec.compiled`) links them as trampolines (`LZ4_SHIM_C`) that this module points at liblz4 when it
+is imported. When a symbol cannot be bound, `AVAILABLE` is False (`UNAVAILABLE_REASON` says why), every name is
+bound to a stub so that the kernels still link, and callers keep to the Python path; `ENABLED` (False also with
+`LOGCLEANER_LZ4_KERNELS=0`) is what they check, at call time. Importing this module binds the library: import it
+where kernels run.
 """
 
 from __future__ import annotations

@@ -398,7 +398,7 @@ def scan(
 @functools.cache
 def _lz4_kernels() -> ModuleType:
     """`_lz4_kernels`, imported at the first window with compressed batches (it binds liblz4)."""
-    from . import _lz4_kernels as lz4k  # binds liblz4; scan.py is imported only where numba is
+    from . import _lz4_kernels as lz4k  # binds liblz4; scan.py is imported only where kernels run
 
     return lz4k
 
@@ -707,7 +707,7 @@ def _decompress_all(buf, hdr, limit, failure, base_position, decompressed_bytes_
     frames of v2 batches are decoded by one compiled call for the window (`_lz4_kernels.decode_frames`, the GIL
     released) when liblz4 could be bound; every other stream batch by batch by `compression.decompress`.
     """
-    from . import _lz4_kernels as lz4k  # binds liblz4; scan.py is imported only where numba is
+    from . import _lz4_kernels as lz4k  # binds liblz4; scan.py is imported only where kernels run
 
     magic = hdr[:limit, k.COL_MAGIC]
     codec = hdr[:limit, k.COL_ATTRIBUTES] & fmt.COMPRESSION_MASK

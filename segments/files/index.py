@@ -87,7 +87,7 @@ def _steps(values: np.ndarray, *, strictly_increasing: bool) -> np.ndarray:
 
 @functools.cache
 def _kernels() -> ModuleType:
-    """`_index_kernels`, imported at the first call with entries: numba loads only when a segment is indexed
+    """`_index_kernels`, imported at the first call with entries: the kernels load only when a segment is indexed
     by arrays (the CLI's start-up stays fast), and a cached call is cheaper per call than an `import`."""
     from . import _index_kernels
 
@@ -937,7 +937,7 @@ def interval_entries(
     the state before the first batch. Requires 1-D int64 arrays of one length, positions increasing.
     Returns (indices of the indexed batches, the time-index candidates at them as timestamps and offsets,
     the state after the last batch as `(bytes_since, max_timestamp, shallow_offset)`). The compiled walk is
-    `segments.files._index_kernels.index_candidates` (numba loads at the first call with batches).
+    `segments.files._index_kernels.index_candidates` (the kernels load at the first call with batches).
     """
     count = len(positions)
     if count == 0:

@@ -566,7 +566,7 @@ _kernels_loaded = False  # per Python worker process: `_load_kernels` has run
 
 
 def _load_kernels() -> None:
-    """Import the encoder and call each kernel once on one row, so numba loads its compiled code now."""
+    """Import the encoder and call each kernel once on one row, so its compiled code loads now."""
     global _kernels_loaded
     if _kernels_loaded:
         return
