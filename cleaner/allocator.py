@@ -16,7 +16,6 @@ process keeps its own allocator settings.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 __all__ = ["tune_allocator"]
 
@@ -29,8 +28,7 @@ _SETTINGS = ((_M_MMAP_THRESHOLD, 32 * 2**20), (_M_TRIM_THRESHOLD, 64 * 2**20), (
 def tune_allocator() -> bool:
     """Apply the settings above; True if glibc took all of them."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols: the C library it runs on
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

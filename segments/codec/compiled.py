@@ -18,6 +18,7 @@ docs/design.md, "Compiled kernels ahead of time".
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -44,6 +45,7 @@ __all__ = [
     "variant_name",
     "external",
     "fingerprint",
+    "fingerprint_of",
     "intrinsic",
     "njit",
     "numba_loaded",
@@ -71,10 +73,16 @@ def cache_dir() -> Path:
 
 
 def fingerprint() -> str:
-    """What compiled code depends on: the sources (every module of the three packages, by name, size and
-    mtime, as numba stamps a kernel's file), numba's version, the Python and the CPU."""
+    """What compiled code depends on, for this process's sources (computed once per process)."""
+    if not _fingerprints:
+        _fingerprints.append(fingerprint_of(_package_root()))
+    return _fingerprints[0]
+
+
+def fingerprint_of(root: Path) -> str:
+    """The fingerprint of the sources under `root`: every module of the three packages by name, size and mtime
+    (as numba stamps a kernel's file), numba's version, the Python and the CPU."""
     digest = hashlib.sha256()
-    root = _package_root()
     for package in _PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
             st = path.stat()
@@ -89,6 +97,10 @@ def fingerprint() -> str:
     return digest.hexdigest()
 
 
+_fingerprints: list[str] = []  # this process's, once computed (a source edited later is the next process's)
+
+
+@functools.cache
 def _cpu_text() -> str:
     try:
         cpu = Path("/proc/cpuinfo").read_text(errors="replace")
