@@ -751,7 +751,7 @@ def codec_check(size: int = 128 * 2**20, small: int = 16 * 1024) -> list[dict]:
 
 # ---- the round's Python CPU, whatever the machine's load (--cpu-split) --------------------------------------------
 
-# Every numba dispatcher of these modules is timed; their kernels never call back into Python.
+# Every kernel of these modules (numba dispatcher or `compiled.Kernel`) is timed; their kernels never call back into Python.
 _KERNEL_MODULES = ("segments.codec._scan_kernels", "segments.codec._crc_kernels", "segments.codec._lz4_kernels",
                    "segments.codec._header_kernels", "segments.codec._control_kernels", "cleaner._kernels",
                    "offsetmap._kernels", "segments.files._index_kernels")
@@ -772,6 +772,7 @@ def cpu_split_child(src: Path, now_ms: int, dedupe: int, repeats: int) -> dict:
     from numba.core.dispatcher import Dispatcher
 
     from cleaner import indexing, recopy, survey
+    from segments.codec.compiled import Kernel
     from cleaner import round as round_mod
     from cleaner.settings import Settings
     from offsetmap import OffsetMap, per_thread_memory_bytes
@@ -826,7 +827,7 @@ def cpu_split_child(src: Path, now_ms: int, dedupe: int, repeats: int) -> dict:
             except ImportError:
                 continue
             for attr, obj in list(vars(module).items()):
-                if isinstance(obj, Dispatcher):
+                if isinstance(obj, (Dispatcher, Kernel)):  # numba's, or the module built ahead of time
                     setattr(module, attr, timed(obj, "kernel"))
             if hasattr(module, "_KERNELS"):  # _crc_kernels' variants
                 module._KERNELS = {v: tuple(timed(f, "kernel") for f in fns) for v, fns in module._KERNELS.items()}

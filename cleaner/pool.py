@@ -34,7 +34,7 @@ from segments.files.fileio import BackgroundRemover
 from segments.files.readahead import WindowRing
 from segments.partition.log import PartitionLog
 
-from . import launch
+from . import kernel_cache, launch
 from .idle import maintain_idle_logs
 from .manager import Candidate, CleanerManager
 from .metrics import CleanerMetrics
@@ -148,6 +148,9 @@ class CleanerPool:
         map_memory = 0
         ring = WindowRing(WINDOW_BYTES)  # this thread's read buffers, reused round after round like its map
         survey_memo = SurveyMemo()  # the survey's figures of the last partition it cleaned, for its next round
+        # Before the first selection, whose header walks run kernels: the first start after an install builds the
+        # kernels' module in a child (the other threads wait), so this process loads it instead of numba.
+        kernel_cache.ensure_compiled()
         while not self._stopping.is_set():
             if index >= self.threads_wanted:
                 return
