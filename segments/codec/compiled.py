@@ -134,7 +134,7 @@ def variant_name(symbol: str, index: int) -> str:
 
 # ---- the choice, once per process ---------------------------------------------------------------------------
 
-_decided: list[tuple[ModuleType | None, dict[str, list[list[Any]]]]] = []
+_decided: list[tuple[ModuleType | None, dict[str, list[list[list[Any]]]]]] = []
 _jit_mode: list[Any] = []  # numba, once the process has switched to it
 _lazies: list[_Lazy] = []
 
