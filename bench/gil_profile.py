@@ -772,10 +772,10 @@ def cpu_split_child(src: Path, now_ms: int, dedupe: int, repeats: int) -> dict:
     from numba.core.dispatcher import Dispatcher
 
     from cleaner import indexing, recopy, survey
-    from segments.codec.compiled import Kernel
     from cleaner import round as round_mod
     from cleaner.settings import Settings
     from offsetmap import OffsetMap, per_thread_memory_bytes
+    from segments.codec.compiled import Kernel
     from segments.partition.log import PartitionLog
 
     clock = time.thread_time

@@ -16,14 +16,19 @@ compiler), processes load numba's cache as before.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,48 +54,120 @@ def stamp_path() -> Path:
 
 _lock = threading.Lock()
 _outcome: list[bool] = []  # the first call's answer, once known
+_POLL_S = 0.2  # how often a wait for the child (or for another process's child) looks at `check_abort`
 
 
-def ensure_compiled() -> bool:
-    """Make sure numba's on-disk cache holds every kernel before this process runs one (once per process;
-    the daemon's threads wait for the first caller).
+def failed_marker(print_: str) -> Path:
+    """The file a child leaves, with the reason, when it could not build the module for fingerprint `print_`
+    (no C compiler, say): numba's cache serves, and later processes do not try again for these sources."""
+    return compiled.aot_files(print_)[1].with_suffix(".failed")
 
-    Returns True if the cache is known to be filled (the stamp matched, or the child filled it), False if
-    the process will compile in-process (the child failed or the cache directory is not writable)."""
+
+def ensure_compiled(check_abort: Callable[[], None] | None = None) -> bool:
+    """Make sure the kernels are compiled for these sources before this process runs one (once per process;
+    the daemon's threads wait for the first caller; other processes wait on a lock file while one builds).
+
+    Returns True if they are (the stamp matched, with the module built or known not to build here, or the
+    child did it), False if the process will compile in-process (the child failed or was stopped, or the
+    cache directory is not writable). `check_abort` is called while waiting; what it raises stops the child
+    and is raised here."""
     if _outcome:
         return _outcome[0]
     with _lock:
         if not _outcome:
-            _outcome.append(_fill_cache())
-    return _outcome[0]
+            done = _fill_cache(check_abort)
+            if done is not None:
+                _outcome.append(done)
+    return _outcome[0] if _outcome else False
 
 
-def _fill_cache() -> bool:
+def _compiled_already(fingerprint: str) -> bool:
     stamp = stamp_path()
+    if not (stamp.exists() and stamp.read_text().strip() == fingerprint):
+        return False
+    if compiled.mode() == "jit":
+        return True  # numba's cache is filled; the module is not wanted
+    return compiled.module_state(fingerprint)[0] == "valid" or failed_marker(fingerprint).exists()
+
+
+def _fill_cache(check_abort: Callable[[], None] | None) -> bool | None:
+    """True or False as `ensure_compiled` says; None when the child was stopped by a signal (the process is
+    ending; nothing is decided)."""
     try:
         fingerprint = compiled.fingerprint()
-        if stamp.exists() and stamp.read_text().strip() == fingerprint:
+        if _compiled_already(fingerprint):
             return True
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        if not os.access(stamp.parent, os.W_OK):
+        folder = compiled.cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK):
             return False
+        lock_file = open(folder / "logcleaner-kernels.lock", "a+b")
     except OSError:
         return False
-    log.info("compiling the cleaner's kernels in a child process (once per installation and machine)")
+    with lock_file:
+        while True:  # one process builds for the cache directory; the others wait for it, then find it done
+            try:
+                fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if check_abort is not None:
+                    check_abort()
+                time.sleep(_POLL_S)
+        if _compiled_already(fingerprint):
+            return True
+        return _run_child(fingerprint, check_abort)
+
+
+def _run_child(fingerprint: str, check_abort: Callable[[], None] | None) -> bool | None:
+    jit_only = compiled.mode() == "jit"
+    log.warning("compiling the cleaner's kernels for this machine in a child process (once per installation; "
+                "about a minute)")
     env = dict(os.environ)
     env[compiled.MODE_ENV] = "jit"  # the child compiles with numba, then builds the module from what it compiled
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_package_root()), env.get("PYTHONPATH", "")) if p)
+    command = [sys.executable, "-m", "cleaner.kernel_cache", *(["--jit-only"] if jit_only else [])]
+    started = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, "-m", "cleaner.kernel_cache"], env=env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True)
+    except OSError as exc:
         log.warning("compiling the kernels in a child process failed (%s); compiling in this process", exc)
         return False
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+    with child:
+        errors: list[str] = []  # the child's stderr, read as it comes so that a full pipe never blocks it
+        reader = threading.Thread(target=lambda: errors.append(child.stderr.read() if child.stderr else ""),
+                                  name="kernel-cache-stderr", daemon=True)
+        reader.start()
+        try:
+            while child.poll() is None:
+                if check_abort is not None:
+                    check_abort()
+                if time.monotonic() - started > _CHILD_TIMEOUT_S:
+                    raise TimeoutError(f"no result after {_CHILD_TIMEOUT_S} s")
+                time.sleep(_POLL_S)
+        except BaseException as exc:
+            child.terminate()  # the child removes its scratch directory on SIGTERM
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            if isinstance(exc, TimeoutError):
+                log.warning("compiling the kernels in a child process failed (%s); compiling in this process", exc)
+                return False
+            raise
+        reader.join(timeout=5)
+    tail = ((errors[0] if errors else "").strip().splitlines() or ["no output"])[-1]
+    if child.returncode < 0:  # stopped by a signal: this process is being stopped too (a process group's signal)
+        log.info("compiling the kernels was stopped by signal %d", -child.returncode)
+        return None
+    if child.returncode != 0:
         log.warning("compiling the kernels in a child process failed (exit %d: %s); compiling in this process",
-                    done.returncode, tail[0])
+                    child.returncode, tail)
         return False
+    if not jit_only and failed_marker(fingerprint).exists():
+        log.warning("the kernels' module could not be built here (%s); numba's cache serves instead (its import "
+                    "costs each process ~0.3 s)", failed_marker(fingerprint).read_text().strip())
     return True
 
 
@@ -226,8 +303,8 @@ def build_module(folder: Path, print_: str) -> Path:
     so_path, table_path = compiled.aot_files(print_)
     so_path, table_path = folder / so_path.name, folder / table_path.name
     module_name = so_path.name.split(".", 1)[0]
-    table = {symbol: [[_argument_spec(t) for t in signature.args] for signature in signatures]
-             for symbol, _, signatures in exports}
+    kernels = {symbol: [[_argument_spec(t) for t in signature.args] for signature in signatures]
+               for symbol, _, signatures in exports}
 
     # pycc compiles every export with one Flags object that a compilation may change (numba turns SSA off for
     # some functions), and never releases the GIL: each export gets its own copy, with the GIL released.
@@ -258,25 +335,36 @@ def build_module(folder: Path, print_: str) -> Path:
         for stale in folder.glob(compiled.AOT_PREFIX + "*"):
             if stale.name not in (so_path.name, table_path.name):
                 stale.unlink(missing_ok=True)
-        partial = table_path.with_name(table_path.name + f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(table, sort_keys=True))
-        os.replace(partial, table_path)
+        # the module first, then its table: a table names the bytes of the module it describes (SHA-256), so a
+        # module cut short (a full disk, a crash) is never loaded
         partial = so_path.with_name(so_path.name + f".{os.getpid()}.tmp")
         shutil.copyfile(built, partial)
         os.replace(partial, so_path)
+        table = {"sha256": hashlib.sha256(so_path.read_bytes()).hexdigest(), "kernels": kernels}
+        partial = table_path.with_name(table_path.name + f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(table, sort_keys=True))
+        os.replace(partial, table_path)
     return so_path
 
 
-def _child() -> None:
-    """Compile every kernel under numba, build the module (when this machine can), then write the stamp."""
+def _child(jit_only: bool) -> None:
+    """Compile every kernel under numba, build the module (unless `jit_only`, and when this machine can), then
+    write the stamp. Everything temporary is made in one scratch directory, removed on SIGTERM too."""
     os.environ[compiled.MODE_ENV] = "jit"  # before any kernel module is imported: the build needs numba's kernels
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # unwinds the scratch directory
     fingerprint = compiled.fingerprint()
-    _warm_up()
-    try:
-        build_module(compiled.cache_dir(), fingerprint)
-    except Exception as exc:  # noqa: BLE001 - no compiler, no headers, a pycc limit: numba's cache serves
-        print(f"the kernels' module was not built ({type(exc).__name__}: {exc}); numba's cache serves",
-              file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="logcleaner-kernels-") as scratch:
+        tempfile.tempdir = scratch  # the warm-up's logs, pycc's build directory and ours
+        _warm_up()
+        if not jit_only:
+            marker = failed_marker(fingerprint)
+            try:
+                build_module(compiled.cache_dir(), fingerprint)
+                marker.unlink(missing_ok=True)
+            except Exception as exc:  # noqa: BLE001 - no compiler, no headers, a pycc limit: numba's cache serves
+                reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+                print(f"the kernels' module was not built ({reason}); numba's cache serves", file=sys.stderr)
+                marker.write_text(reason + "\n")
     stamp = stamp_path()
     stamp.parent.mkdir(parents=True, exist_ok=True)
     tmp_stamp = stamp.with_name(stamp.name + f".{os.getpid()}.tmp")
@@ -285,4 +373,4 @@ def _child() -> None:
 
 
 if __name__ == "__main__":
-    _child()
+    _child(jit_only="--jit-only" in sys.argv[1:])

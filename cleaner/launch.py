@@ -81,7 +81,7 @@ def launch_round(
     def charge_io(n: int) -> None:  # every read and write, before it is done
         throttle.acquire(n, check_abort=check_abort)
 
-    kernel_cache.ensure_compiled()  # the first round of a process after an install compiles in a child
+    kernel_cache.ensure_compiled(check_abort)  # the first round after an install compiles in a child
     with core(check_abort):
         result = clean_round(
             log_,

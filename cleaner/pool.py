@@ -54,6 +54,10 @@ _LOCK_WAIT_S = 1.0
 _BUSY_BACKOFF_MS = 30_000  # a partition another process is cleaning is passed over this long
 
 
+
+class _Stopped(Exception):
+    """The pool is stopping: a cleaner thread leaves what it waits for."""
+
 class CleanerPool:
     """`threads` cleaner threads sharing one manager, throttles and metrics."""
 
@@ -85,6 +89,10 @@ class CleanerPool:
         with self._lock:
             for i in range(self.threads_wanted):
                 self._spawn(i)
+
+    def _raise_if_stopping(self) -> None:
+        if self._stopping.is_set():
+            raise _Stopped
 
     def _spawn(self, index: int) -> None:
         thread = threading.Thread(target=self._run, args=(index,), name=f"logcleaner-cleaner-thread-{index}", daemon=True)
@@ -149,8 +157,12 @@ class CleanerPool:
         ring = WindowRing(WINDOW_BYTES)  # this thread's read buffers, reused round after round like its map
         survey_memo = SurveyMemo()  # the survey's figures of the last partition it cleaned, for its next round
         # Before the first selection, whose header walks run kernels: the first start after an install builds the
-        # kernels' module in a child (the other threads wait), so this process loads it instead of numba.
-        kernel_cache.ensure_compiled()
+        # kernels' module in a child (the other threads wait), so this process loads it instead of numba. A stop
+        # meanwhile stops the child.
+        try:
+            kernel_cache.ensure_compiled(self._raise_if_stopping)
+        except _Stopped:
+            return
         while not self._stopping.is_set():
             if index >= self.threads_wanted:
                 return

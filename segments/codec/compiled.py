@@ -23,6 +23,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import json
+import logging
 import os
 import platform
 import sys
@@ -47,6 +48,8 @@ __all__ = [
     "fingerprint",
     "fingerprint_of",
     "intrinsic",
+    "mode",
+    "module_state",
     "njit",
     "numba_loaded",
 ]
@@ -55,7 +58,8 @@ __all__ = [
 # error where a kernel would fall back to the JIT (what the tests use to show the module serves every call)
 MODE_ENV = "LOGCLEANER_KERNELS"
 AOT_PREFIX = "logcleaner_kernels_"  # the extension module's name: this prefix and 16 hex digits of the fingerprint
-_PACKAGES = ("segments", "offsetmap", "cleaner")  # the kernels, and every module whose constants they freeze
+_PACKAGES = ("segments", "offsetmap", "cleaner")
+log = logging.getLogger(__name__)  # the kernels, and every module whose constants they freeze
 _lock = threading.RLock()
 
 
@@ -139,24 +143,65 @@ _jit_mode: list[Any] = []  # numba, once the process has switched to it
 _lazies: list[_Lazy] = []
 
 
+_MODES = ("auto", "jit", "aot")
+
+
+def mode() -> str:
+    """`LOGCLEANER_KERNELS`, in lower case ("auto" when unset; an unknown value is warned about once and taken as
+    "auto")."""
+    value = os.environ.get(MODE_ENV, "auto").strip().lower() or "auto"
+    if value not in _MODES:
+        if not _warned:
+            _warned.append(value)
+            log.warning("%s=%r is not one of %s: taken as auto", MODE_ENV, os.environ.get(MODE_ENV),
+                        ", ".join(_MODES))
+        return "auto"
+    return value
+
+
+_warned: list[str] = []
+
+
+def module_state(print_: str | None = None) -> tuple[str, dict[str, Any] | None]:
+    """("valid", its table) when the built module for fingerprint `print_` (default: these sources) and its
+    signature table are there and the module's bytes are the ones the table records (SHA-256: a truncated or
+    damaged file is never loaded, it would crash the process); ("missing", None) or ("invalid", None) else."""
+    so_path, table_path = aot_files(print_)
+    try:
+        if not so_path.exists() and not table_path.exists():
+            return "missing", None
+        table = json.loads(table_path.read_text())
+        data = so_path.read_bytes()
+        if not (isinstance(table, dict) and isinstance(table.get("kernels"), dict)
+                and table.get("sha256") == hashlib.sha256(data).hexdigest()):
+            return "invalid", None
+        for variants in table["kernels"].values():  # the shape `Kernel` needs, checked before any is made
+            for spec in variants:
+                _array_checks(spec)
+        return "valid", table
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return "invalid", None
+
+
 def _load_aot() -> tuple[ModuleType | None, dict[str, list[list[list[Any]]]]]:
-    mode = os.environ.get(MODE_ENV, "auto")
-    if mode == "jit":
+    chosen = mode()
+    if chosen == "jit":
+        return None, {}
+    state, table = module_state()
+    if table is None:
+        if chosen == "aot":
+            raise RuntimeError(f"{MODE_ENV}=aot: the kernels' module for these sources is {state} "
+                               f"({aot_files()[0]})")
         return None, {}
     try:
-        so_path, table_path = aot_files()
-        if not so_path.exists():
-            if mode == "aot":
-                raise RuntimeError(f"{MODE_ENV}=aot: no kernels' module built for these sources ({so_path})")
-            return None, {}
-        table = json.loads(table_path.read_text())
+        so_path = aot_files()[0]
         name = so_path.name.split(".", 1)[0]
         spec = importlib.util.spec_from_file_location(name, so_path)
         if spec is None or spec.loader is None:
             return None, {}
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return module, table
+        return module, table["kernels"]
     except (OSError, ImportError, ValueError):
         return None, {}
 
@@ -182,7 +227,7 @@ def _numba() -> Any:
         return _jit_mode[0]
     with _lock:
         if not _jit_mode:
-            if os.environ.get(MODE_ENV) == "aot":
+            if mode() == "aot":
                 raise RuntimeError(f"{MODE_ENV}=aot: a kernel needs numba's JIT")
             numba = _import_numba()
             for lazy in list(_lazies):
@@ -202,6 +247,24 @@ def _import_numba() -> Any:
     import numba  # the JIT: loaded only when no built module serves a kernel
 
     return numba
+
+
+def _numba_njit(fn: Callable[..., Any], signature: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    """numba.njit(*signature, **options)(fn); without the on-disk cache when numba has nowhere to write it
+    (NUMBA_CACHE_DIR and the sources' `__pycache__` not writable): compiled in this process then, every time."""
+    numba = _import_numba()
+    try:
+        return numba.njit(*signature, **options)(fn)
+    except RuntimeError as exc:
+        if not options.get("cache") or "cannot cache" not in str(exc):
+            raise
+        if not _warned_cache:
+            _warned_cache.append(str(exc))
+            log.warning("numba cannot cache the kernels (%s); compiling them in this process without a cache", exc)
+        return numba.njit(*signature, **dict(options, cache=False))(fn)
+
+
+_warned_cache: list[str] = []
 
 
 class _Lazy:
@@ -228,7 +291,7 @@ class Kernel(_Lazy):
 
     def __init__(self, fn: Callable[..., Any], signature: tuple[Any, ...], options: dict[str, Any],
                  variants: list[tuple[Any, list[tuple[np.dtype, int, bool] | None]]]) -> None:
-        super().__init__(lambda: _import_numba().njit(*signature, **options)(fn))
+        super().__init__(lambda: _numba_njit(fn, signature, options))
         self.py_func = fn
         self._variants = variants
 
@@ -244,7 +307,7 @@ class Kernel(_Lazy):
                         break
             else:
                 return function(*args)
-        if os.environ.get(MODE_ENV) == "aot":
+        if mode() == "aot":
             kinds = ", ".join(f"{a.dtype}[{a.ndim}d{'' if a.flags.c_contiguous else ' strided'}"
                               f"{'' if a.flags.writeable else ' read-only'}]" if isinstance(a, np.ndarray)
                               else type(a).__name__ for a in args)
@@ -267,7 +330,8 @@ def njit(*signature: Any, **options: Any) -> Callable[[Callable[..., Any]], Any]
 
     def decorate(fn: Callable[..., Any]) -> Any:
         if _jit_mode or aot_module() is None:
-            return _numba().njit(*signature, **options)(fn)
+            _numba()
+            return _numba_njit(fn, signature, options)
         symbol = export_name(fn.__module__, fn.__name__)
         module, table = _decided[0]
         variants = [(getattr(module, variant_name(symbol, i)), _array_checks(spec))

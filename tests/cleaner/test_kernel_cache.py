@@ -3,6 +3,8 @@ numba's cache, then the module built ahead of time that later processes load ins
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
 import sys
@@ -21,43 +23,131 @@ ROOT = Path(__file__).resolve().parents[2]
 def fresh(monkeypatch, tmp_path):
     """An empty numba cache directory and a process that has not checked the stamp yet."""
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba-cache"))
+    monkeypatch.delenv(compiled.MODE_ENV, raising=False)
     monkeypatch.setattr(kernel_cache, "_outcome", [])
     return tmp_path
 
 
-def test_a_matching_stamp_runs_no_child(fresh, monkeypatch):
+class FakeChild:
+    """`subprocess.Popen` of the child, ending at once with `code` and `stderr`; the commands are recorded."""
+
+    calls: list[list[str]] = []
+
+    def __init__(self, code: int, stderr: str = ""):
+        self.code, self.text = code, stderr
+
+    def __call__(self, cmd, **kwargs):
+        FakeChild.calls.append(cmd)
+        self.returncode = self.code
+        self.stderr = io.StringIO(self.text)
+        return self
+
+    def poll(self):
+        return self.code
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _stamp(text: str) -> Path:
     stamp = kernel_cache.stamp_path()
-    stamp.parent.mkdir(parents=True)
-    stamp.write_text(compiled.fingerprint() + "\n")
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(text)
+    return stamp
+
+
+def test_a_matching_stamp_runs_no_child_when_the_module_is_known_not_to_build(fresh, monkeypatch):
+    _stamp(compiled.fingerprint() + "\n")
+    kernel_cache.failed_marker(compiled.fingerprint()).write_text("CompileError: no compiler\n")
 
     def no_child(*args, **kwargs):
         raise AssertionError("a child was started although the stamp matches")
 
-    monkeypatch.setattr(subprocess, "run", no_child)
+    monkeypatch.setattr(subprocess, "Popen", no_child)
     assert kernel_cache.ensure_compiled() is True
+
+
+def test_a_matching_stamp_with_a_damaged_module_runs_the_child(fresh, monkeypatch):
+    """A module cut short is never loaded (it would crash the process) and is built again."""
+    _stamp(compiled.fingerprint() + "\n")
+    so_path, table_path = compiled.aot_files()
+    so_path.write_bytes(b"\x7fELF" + bytes(100))
+    table_path.write_text(json.dumps({"sha256": "0" * 64, "kernels": {}}))
+    assert compiled.module_state()[0] == "invalid"
+    FakeChild.calls = []
+    monkeypatch.setattr(subprocess, "Popen", FakeChild(0))
+    assert kernel_cache.ensure_compiled() is True
+    assert FakeChild.calls == [[sys.executable, "-m", "cleaner.kernel_cache"]]
 
 
 def test_a_stale_stamp_runs_the_child_once_per_process(fresh, monkeypatch):
-    stamp = kernel_cache.stamp_path()
-    stamp.parent.mkdir(parents=True)
-    stamp.write_text("made by other sources\n")
-    calls = []
-
-    def child(cmd, **kwargs):
-        calls.append(cmd)
-        return subprocess.CompletedProcess(cmd, 0, "", "")
-
-    monkeypatch.setattr(subprocess, "run", child)
+    _stamp("made by other sources\n")
+    FakeChild.calls = []
+    monkeypatch.setattr(subprocess, "Popen", FakeChild(0))
     assert kernel_cache.ensure_compiled() is True
     assert kernel_cache.ensure_compiled() is True
-    assert calls == [[sys.executable, "-m", "cleaner.kernel_cache"]]
+    assert FakeChild.calls == [[sys.executable, "-m", "cleaner.kernel_cache"]]
+
+
+def test_in_jit_mode_the_child_builds_no_module(fresh, monkeypatch):
+    monkeypatch.setenv(compiled.MODE_ENV, "jit")
+    FakeChild.calls = []
+    monkeypatch.setattr(subprocess, "Popen", FakeChild(0))
+    assert kernel_cache.ensure_compiled() is True
+    assert FakeChild.calls == [[sys.executable, "-m", "cleaner.kernel_cache", "--jit-only"]]
 
 
 def test_a_failed_child_leaves_compiling_to_the_process_with_a_warning(fresh, monkeypatch, caplog):
-    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "boom\nlast line"))
+    monkeypatch.setattr(subprocess, "Popen", FakeChild(1, "boom\nlast line"))
     assert kernel_cache.ensure_compiled() is False
     assert "exit 1: last line" in caplog.text
     assert not kernel_cache.stamp_path().exists()
+
+
+def test_a_child_stopped_by_a_signal_decides_nothing_and_says_no_more(fresh, monkeypatch, caplog):
+    monkeypatch.setattr(subprocess, "Popen", FakeChild(-15))
+    assert kernel_cache.ensure_compiled() is False
+    assert kernel_cache._outcome == []  # the next call tries again
+    assert "compiling in this process" not in caplog.text
+
+
+def test_a_module_not_built_is_said_once(fresh, monkeypatch, caplog):
+    def child_without_compiler(cmd, **kwargs):
+        kernel_cache.failed_marker(compiled.fingerprint()).parent.mkdir(parents=True, exist_ok=True)
+        kernel_cache.failed_marker(compiled.fingerprint()).write_text("CompileError: command 'gcc' failed\n")
+        return FakeChild(0)(cmd)
+
+    monkeypatch.setattr(subprocess, "Popen", child_without_compiler)
+    assert kernel_cache.ensure_compiled() is True
+    assert "could not be built here (CompileError: command 'gcc' failed)" in caplog.text
+
+
+def test_a_stop_while_waiting_stops_the_child(fresh, monkeypatch):
+    class Running(FakeChild):
+        def poll(self):
+            return None
+
+        def terminate(self):
+            self.terminated = True
+
+        def wait(self, timeout=None):
+            return -15
+
+    child = Running(0)
+    monkeypatch.setattr(subprocess, "Popen", child)
+
+    class Stop(Exception):
+        pass
+
+    def check_abort():
+        raise Stop
+
+    with pytest.raises(Stop):
+        kernel_cache.ensure_compiled(check_abort)
+    assert child.terminated and kernel_cache._outcome == []
 
 
 def test_a_source_change_changes_the_fingerprint(tmp_path):

@@ -121,3 +121,62 @@ def test_the_module_is_named_by_the_sources_fingerprint(tmp_path, monkeypatch):
     assert so_path.parent == tmp_path and table_path.parent == tmp_path
     assert so_path.name.startswith(compiled.AOT_PREFIX + "ab" * 8 + ".")
     assert table_path.name == compiled.AOT_PREFIX + "ab" * 8 + ".json"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "table-null", "table-list", "table-garbage", "no-table"])
+def test_a_damaged_module_is_never_loaded(tmp_path, damage):
+    """A module cut short would crash the process that loads it (SIGBUS): its table names its SHA-256, and a
+    module or table that does not match is left to numba (and rebuilt by the next round's `ensure_compiled`)."""
+    so_path, table_path = compiled.aot_files()
+    assert so_path.exists(), "the suite's session start builds the module"
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    so_copy, table_copy = cache / so_path.name, cache / table_path.name
+    so_copy.write_bytes(so_path.read_bytes()[: (500_000 if damage == "truncated" else None)])
+    table_copy.write_text({"table-null": "null", "table-list": "[]", "table-garbage": "{not json"}.get(
+        damage, table_path.read_text()))
+    if damage == "no-table":
+        table_copy.unlink()
+    probe = ("from segments.codec import compiled, _crc_kernels\n"
+             "print(compiled.module_state()[0], compiled.aot_module() is None)")
+    done = subprocess.run([sys.executable, "-c", probe], env=dict(_env("auto"), NUMBA_CACHE_DIR=str(cache)),
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["invalid", "True"]
+
+
+def test_the_intact_copy_loads(tmp_path):
+    so_path, table_path = compiled.aot_files()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / so_path.name).write_bytes(so_path.read_bytes())
+    (cache / table_path.name).write_text(table_path.read_text())
+    probe = "from segments.codec import compiled, _crc_kernels\nprint(compiled.module_state()[0], compiled.aot_module() is None)"
+    done = subprocess.run([sys.executable, "-c", probe], env=dict(_env("auto"), NUMBA_CACHE_DIR=str(cache)),
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.stdout.split() == ["valid", "False"], done.stderr
+
+
+@pytest.mark.parametrize(("value", "expected"), [("jit", "jit"), ("JIT", "jit"), (" aot ", "aot"), ("", "auto"),
+                                                 ("foo", "auto")])
+def test_the_mode_variable_is_read_leniently_and_an_unknown_value_is_said(monkeypatch, caplog, value, expected):
+    monkeypatch.setenv(compiled.MODE_ENV, value)
+    monkeypatch.setattr(compiled, "_warned", [])
+    assert compiled.mode() == expected
+    assert ("is not one of" in caplog.text) == (value == "foo")
+
+
+def test_without_a_writable_cache_numba_compiles_without_one(monkeypatch, caplog):
+    """numba raises at decoration when it has nowhere to cache (NUMBA_CACHE_DIR and the sources' __pycache__
+    read-only); the kernel is then compiled without a cache, with a warning, instead of failing every round."""
+    from numba.core import caching
+
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])
+    monkeypatch.setattr(compiled, "_warned_cache", [])
+
+    def add(a, b):
+        return a + b
+
+    kernel = compiled._numba_njit(add, (), {"cache": True, "nogil": True})
+    assert kernel(2, 3) == 5
+    assert "without a cache" in caplog.text
