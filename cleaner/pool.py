@@ -35,6 +35,7 @@ from segments.files.readahead import WindowRing
 from segments.partition.log import PartitionLog
 
 from . import kernel_cache, launch
+from .errors import CleanerError
 from .idle import maintain_idle_logs
 from .manager import Candidate, CleanerManager
 from .metrics import CleanerMetrics
@@ -55,7 +56,7 @@ _BUSY_BACKOFF_MS = 30_000  # a partition another process is cleaning is passed o
 
 
 
-class _Stopped(Exception):
+class _Stopped(CleanerError):
     """The pool is stopping: a cleaner thread leaves what it waits for."""
 
 class CleanerPool:
