@@ -93,6 +93,8 @@ def _compiled_already(fingerprint: str) -> bool:
 def _fill_cache(check_abort: Callable[[], None] | None) -> bool | None:
     """True or False as `ensure_compiled` says; None when the child was stopped by a signal (the process is
     ending; nothing is decided)."""
+    if check_abort is not None:
+        check_abort()  # a thread that waited for another's stopped build stops too, without starting one
     try:
         fingerprint = compiled.fingerprint()
         if _compiled_already(fingerprint):
@@ -113,6 +115,8 @@ def _fill_cache(check_abort: Callable[[], None] | None) -> bool | None:
                 if check_abort is not None:
                     check_abort()
                 time.sleep(_POLL_S)
+            except OSError:  # a file system without locks: build without one (at worst twice, never wrong)
+                break
         if _compiled_already(fingerprint):
             return True
         return _run_child(fingerprint, check_abort)

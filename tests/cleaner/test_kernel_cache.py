@@ -142,8 +142,12 @@ def test_a_stop_while_waiting_stops_the_child(fresh, monkeypatch):
     class Stop(Exception):
         pass
 
-    def check_abort():
-        raise Stop
+    calls = []
+
+    def check_abort():  # not stopped when the wait begins, stopped at its first look
+        calls.append(1)
+        if len(calls) > 1:
+            raise Stop
 
     with pytest.raises(Stop):
         kernel_cache.ensure_compiled(check_abort)
@@ -197,3 +201,21 @@ def _fingerprint_in(env: dict) -> str:
     code = "from segments.codec import compiled; print(compiled.fingerprint())"
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           check=True).stdout.strip()
+
+
+def test_a_caller_already_stopped_starts_no_child(fresh, monkeypatch):
+    """A daemon thread that waited while another thread's build was stopped stops too, without a child."""
+    def no_child(*args, **kwargs):
+        raise AssertionError("a child was started by a caller that is stopping")
+
+    monkeypatch.setattr(subprocess, "Popen", no_child)
+
+    class Stop(Exception):
+        pass
+
+    def check_abort():
+        raise Stop
+
+    with pytest.raises(Stop):
+        kernel_cache.ensure_compiled(check_abort)
+    assert kernel_cache._outcome == []
