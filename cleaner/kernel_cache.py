@@ -162,7 +162,7 @@ def _run_child(fingerprint: str, check_abort: Callable[[], None] | None) -> bool
             raise
         reader.join(timeout=5)
     tail = ((errors[0] if errors else "").strip().splitlines() or ["no output"])[-1]
-    if child.returncode < 0:  # stopped by a signal: this process is being stopped too (a process group's signal)
+    if -child.returncode in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # stopped with this process's group
         log.info("compiling the kernels was stopped by signal %d", -child.returncode)
         return None
     if child.returncode != 0:

@@ -219,3 +219,11 @@ def test_a_caller_already_stopped_starts_no_child(fresh, monkeypatch):
     with pytest.raises(Stop):
         kernel_cache.ensure_compiled(check_abort)
     assert kernel_cache._outcome == []
+
+
+def test_a_child_killed_otherwise_is_a_failure_said_once(fresh, monkeypatch, caplog):
+    """SIGKILL (the OOM killer, say) is not a stop of this process: compiling is left to it, once."""
+    monkeypatch.setattr(subprocess, "Popen", FakeChild(-9))
+    assert kernel_cache.ensure_compiled() is False
+    assert kernel_cache._outcome == [False]
+    assert "exit -9" in caplog.text
