@@ -167,6 +167,9 @@ def module_state(print_: str | None = None) -> tuple[str, dict[str, Any] | None]
     signature table are there and the module's bytes are the ones the table records (SHA-256: a truncated or
     damaged file is never loaded, it would crash the process); ("missing", None) or ("invalid", None) else."""
     so_path, table_path = aot_files(print_)
+    key = str(so_path)
+    if key in _valid:  # `ensure_compiled` and the first kernel module both ask: the module is hashed once
+        return "valid", _valid[key]
     try:
         if not so_path.exists() and not table_path.exists():
             return "missing", None
@@ -178,9 +181,13 @@ def module_state(print_: str | None = None) -> tuple[str, dict[str, Any] | None]
         for variants in table["kernels"].values():  # the shape `Kernel` needs, checked before any is made
             for spec in variants:
                 _array_checks(spec)
+        _valid[key] = table
         return "valid", table
     except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
         return "invalid", None
+
+
+_valid: dict[str, dict[str, Any]] = {}  # module path -> table, once found valid (missing or invalid may be rebuilt)
 
 
 def _load_aot() -> tuple[ModuleType | None, dict[str, list[list[list[Any]]]]]:
