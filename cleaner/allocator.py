@@ -1,6 +1,9 @@
-"""The process's C allocator settings for a cleaning process (the CLI and the daemon call `tune_allocator`).
+"""The native libraries' settings of a cleaning process (the CLI and the daemon call both functions at start).
 
-Owns one decision: keep the per-window numpy temporaries of a round (masks, indices, hashes: a few MB each, a
+Owns two decisions. `limit_blas_threads`: numpy's OpenBLAS starts a thread per core when numpy is imported,
+and they spin for a while; no round calls BLAS, and on a 2-core machine the spinning took a core from the round
+(W1 0.1 s of 1.2 s, bench/RESULTS.md), so a cleaning process asks OpenBLAS for one thread, unless the
+environment already says how many. `tune_allocator`: keep the per-window numpy temporaries of a round (masks, indices, hashes: a few MB each, a
 dozen per 16 MiB window) in glibc's heap instead of a fresh `mmap` for each. By default glibc serves blocks
 above its (dynamic, at most 32 MiB) mmap threshold with `mmap` and trims the heap as soon as 128 KiB at its top
 are free, so every window paid page faults on brand-new memory and `munmap`s: measured 0.2-0.5 s of system
@@ -16,8 +19,13 @@ process keeps its own allocator settings.
 from __future__ import annotations
 
 import ctypes
+import os
+import sys
 
-__all__ = ["tune_allocator"]
+__all__ = ["limit_blas_threads", "tune_allocator"]
+
+# OpenBLAS (numpy's wheels) reads it when numpy is first imported; later settings do nothing
+BLAS_THREADS_VARIABLE = "OPENBLAS_NUM_THREADS"
 
 _M_TRIM_THRESHOLD = -1
 _M_TOP_PAD = -2
@@ -34,3 +42,14 @@ def tune_allocator() -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return all(mallopt(param, value) == 1 for param, value in _SETTINGS)
+
+
+def limit_blas_threads() -> bool:
+    """Ask OpenBLAS for one thread if numpy is not imported yet and the environment sets no count; True if set.
+
+    The variable is inherited by the process's children (the kernels' build, a local Spark's workers): none of
+    them calls BLAS either."""
+    if "numpy" in sys.modules or BLAS_THREADS_VARIABLE in os.environ:
+        return False
+    os.environ[BLAS_THREADS_VARIABLE] = "1"
+    return True

@@ -39,8 +39,9 @@ DEFAULT_SPARK_MASTER = "local[*]"  # of clean --spark
 @click.version_option(package_name="logcleaner")
 def main() -> None:
     """Compaction engine for Kafka-format log segment files."""
-    from .allocator import tune_allocator
+    from .allocator import limit_blas_threads, tune_allocator
 
+    limit_blas_threads()
     tune_allocator()
 
 

@@ -166,6 +166,24 @@ def test_a_source_change_changes_the_fingerprint(tmp_path):
     assert compiled.fingerprint_of(compiled._package_root()) == before
 
 
+def test_the_build_byte_compiles_the_packages_for_processes_that_may_not(tmp_path, monkeypatch):
+    """`compile_bytecode` writes every module's byte code, so that an editable install run with
+    PYTHONDONTWRITEBYTECODE=1 does not compile the sources in every process; a current one is kept."""
+    fake_root = tmp_path / "tree"
+    for package in ("segments", "offsetmap", "cleaner"):
+        (fake_root / package / "sub").mkdir(parents=True)
+        (fake_root / package / "m.py").write_text("x = 1\n")
+        (fake_root / package / "sub" / "n.py").write_text("y = 2\n")
+    monkeypatch.setattr(kernel_cache, "_package_root", lambda: fake_root)
+    assert kernel_cache.compile_bytecode()
+    written = sorted(p.relative_to(fake_root).as_posix() for p in fake_root.rglob("*.pyc"))
+    assert [w.split("/__pycache__/")[0] + "/" + w.rsplit("/", 1)[1].split(".")[0] for w in written] == [
+        f"{package}/{module}" for package in ("cleaner", "offsetmap", "segments") for module in ("m", "sub/n")]
+    first = fake_root / written[0]
+    mtime = first.stat().st_mtime_ns
+    assert kernel_cache.compile_bytecode() and first.stat().st_mtime_ns == mtime
+
+
 @pytest.mark.slow
 def test_the_first_clean_after_an_install_compiles_nothing_itself_and_the_next_loads_no_numba(tmp_path):
     """With an empty cache directory, `logcleaner clean` compiles in its child (numba's cache, then the module):
