@@ -33,6 +33,7 @@ import numpy as np
 
 from offsetmap import OffsetMap, hash_key_rows
 from segments.files.readahead import WindowRing, read_ahead
+from segments.files.segment import LogSegment
 from segments.partition.log import PartitionLog
 
 from .survey import WINDOW_BYTES, LogSurvey
@@ -155,17 +156,19 @@ class _MapFiller:
 
 
 def _hashed_windows(segments, survey: LogSurvey, first_dirty: int, first_uncleanable: int, seed: int, ring: WindowRing,
-                    charge_io: Callable[[int], None] | None = None):
+                    charge_io: Callable[[int], None] | None = None,
+                    mapped: Callable[[LogSegment], bool] = lambda segment: False):
     """(k, scan result, offsets of the records to index, their h1, h2) per window of the dirty section, then
     (k, None, ...) once segment k is done; runs on the read-ahead thread (charges each read to `charge_io` before
-    it, reads, scans and hashes, all outside the GIL)."""
+    it, reads, scans and hashes, all outside the GIL); `mapped(segment)` says whether to read it through a
+    mapping (`PartitionLog.reads_mapped`)."""
     for k, segment in enumerate(segments):
         # The offset index is consulted only to start inside a segment (after a round that filled its map); a
         # section that starts at a segment's base reads it from its first byte and never trusts a derived file.
         found = segment.translate_offset(first_dirty) if segment.base_offset < first_dirty else None
         for _, result in segment.scan_windows(
             found[0] if found is not None else 0, window_bytes=ring.window_bytes, ring=ring, verify_crc=False,
-            before_read=charge_io,
+            before_read=charge_io, mapped=mapped(segment),
         ):
             aborted = survey.aborted_batches(result.producer_id, result.base_offset, result.is_transactional)
             yield (k, result, *_window_keys(result, aborted, first_dirty, first_uncleanable, seed))
@@ -196,7 +199,8 @@ def build_offset_map(
     next_offsets = {s.base_offset: s.next_offset for s in survey.segments}  # from the headers, not the indexes
     segments = [s for s in log.segments if s.base_offset < first_uncleanable and next_offsets[s.base_offset] > first_dirty]
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
-    windows = _hashed_windows(segments, survey, first_dirty, first_uncleanable, offset_map.seed, ring, charge_io)
+    windows = _hashed_windows(segments, survey, first_dirty, first_uncleanable, offset_map.seed, ring, charge_io,
+                              mapped=log.reads_mapped)
     for k, result, offsets, h1, h2 in read_ahead(windows, name="index-read-ahead"):
         if result is None:
             filler.segment_done(segments[k + 1].base_offset if k + 1 < len(segments) else first_uncleanable)

@@ -500,7 +500,8 @@ def clean_group(
         output = _OutputBuffer()
         unchanged = len(group) == 1  # several segments become one: never the same files
         for result, action, keep, needs_horizon, clear_horizon, counts, kept_control, invalid in read_ahead(
-            _decided_windows(group, ctx, ring if ring is not None else WindowRing(WINDOW_BYTES), charge_io),
+            _decided_windows(group, ctx, ring if ring is not None else WindowRing(WINDOW_BYTES), charge_io,
+                             log.reads_mapped),
             name="recopy-read-ahead",
         ):
             check_abort()
@@ -554,18 +555,20 @@ def clean_group(
 
 
 def _decided_windows(group: list[LogSegment], ctx: RecopyContext, ring: WindowRing,
-                     charge_io: Callable[[int], None] | None = None):
+                     charge_io: Callable[[int], None] | None = None,
+                     mapped: Callable[[LogSegment], bool] = lambda segment: False):
     """(scan result, actions, keep mask, needs horizon, clear horizon, the window's counts, its kept control
     batches' base offsets, invalid count) per window of `group` (`_decide`, `_horizons`), in order (the transaction state of `ctx` advances window by window); runs on
     the read-ahead thread (charges each read to `charge_io` before it, reads, scans and decides; the map and
-    the survey are only read in this phase)."""
+    the survey are only read in this phase). `mapped(segment)` says whether to read it through a mapping
+    (`PartitionLog.reads_mapped`)."""
     nonempty = [k for k, s in enumerate(group) if s.size_bytes > 0]
     last_nonempty = nonempty[-1] if nonempty else -1
     for k, seg in enumerate(group):
         retain_legacy_tombstones = seg.last_modified_ns() // 1_000_000 > ctx.legacy_delete_horizon_ms
         size = seg.size_bytes
         for _, result in seg.scan_windows(window_bytes=ring.window_bytes, ring=ring, verify_crc=False,
-                                          before_read=charge_io):
+                                          before_read=charge_io, mapped=mapped(seg)):
             group_last = result.n_batches - 1 if (k == last_nonempty and result.end_position == size) else -1
             action, keep, needs_horizon, invalid = _decide(result, ctx, retain_legacy_tombstones, group_last)
             action, clear_horizon, counts, kept_control = _horizons(result, ctx, action, keep, needs_horizon)

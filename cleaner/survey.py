@@ -45,6 +45,7 @@ from segments.codec.errors import CorruptRecordError
 from segments.codec.records import decode_batch, decode_control_key
 from segments.files.facts import SegmentFacts
 from segments.files.readahead import WindowRing, read_ahead
+from segments.files.segment import LogSegment
 from segments.partition.facts import LogFacts
 from segments.partition.log import PartitionLog
 
@@ -335,12 +336,13 @@ _SEGMENT_MEMO_BYTES = 256  # a `_Remembered` without its rows, roughly
 
 
 def _checked_windows(segments, ring: WindowRing, charge_io: Callable[[int], None] | None, ahead: IndexAhead | None,
-                     memo: SurveyMemo | None):
+                     memo: SurveyMemo | None, mapped: Callable[[LogSegment], bool]):
     """Per segment: (index, window, header scan, keys, None) per window, then (index, None, None, None, stat) at
     its end; or (index, None, remembered, None, stat) alone for an inactive segment the memo holds unchanged
     and `ahead` does not index. Runs on the read-ahead thread (which charges each read to `charge_io` before
     it). CRCs are checked except in the active segment (the last). The segments `ahead` indexes are scanned
-    with their records, and `keys` are the window's records to index with their hashes (None elsewhere)."""
+    with their records, and `keys` are the window's records to index with their hashes (None elsewhere).
+    `mapped(segment)` says whether to read it through a mapping (`PartitionLog.reads_mapped`)."""
     for i, segment in enumerate(segments):
         active = i == len(segments) - 1
         records = ahead is not None and not active and ahead.scans_records(i)
@@ -351,7 +353,7 @@ def _checked_windows(segments, ring: WindowRing, charge_io: Callable[[int], None
             continue
         for window, result in segment.scan_windows(
             window_bytes=ring.window_bytes, verify_crc=not active, headers_only=not records, stop_at_invalid=active,
-            ring=ring, before_read=charge_io,
+            ring=ring, before_read=charge_io, mapped=mapped(segment),
         ):
             yield i, window, result, (ahead.keys(result) if records and ahead is not None else None), None
         yield i, None, None, None, st
@@ -388,7 +390,7 @@ def survey_log(
     rows_read: list[_ProducerRows] = []  # the segment's rows, for the memo
     next_offset = segments[0].base_offset if segments else 0
     offset_floor = 0  # the lowest offset the next batch of an inactive segment may start at
-    windows = _checked_windows(segments, ring, charge_io, index_ahead, memo)
+    windows = _checked_windows(segments, ring, charge_io, index_ahead, memo, mapped=log.reads_mapped)
     for i, window, result, keys, st in read_ahead(windows, name="survey-read-ahead"):
         segment = segments[i]
         inactive = i < len(segments) - 1

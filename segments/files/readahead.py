@@ -2,9 +2,9 @@
 
 Owns `WindowRing` (the buffers of the windows in flight, handed out in turn) and `read_ahead` (run an
 iterator on a background thread, at most one item ahead of its consumer). Together they let a cleaning phase
-use both cores: the producer thread reads a window (`os.preadv`) and scans it (numba kernels), both of which
-release the GIL, while the consumer inserts into the offset map or assembles and writes output batches,
-which release it too.
+use both cores: the producer thread reads a window (`os.preadv`, or a mapping: `segments.files.mapped`) and
+scans it (compiled kernels), both of which release the GIL, while the consumer inserts into the offset map or
+assembles and writes output batches, which release it too.
 
 The contract is the one `LogSegment.scan_windows` already has, that an item is valid until the next one is
 asked for: the producer takes a permit before making each item and the consumer gives one back when it asks

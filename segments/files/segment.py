@@ -35,6 +35,7 @@ from ..codec.legacy import decode_legacy_entry
 from ..codec.records import BatchHeader, RecordBatch, decode_batch
 from .fileio import DEFAULT_FILE_OPS, FileOps
 from .index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries, interval_entries
+from .mapped import map_for_reading, mapped_window
 from .txnindex import TransactionIndex
 
 if TYPE_CHECKING:
@@ -338,6 +339,7 @@ class LogSegment:
         stop_at_invalid: bool = False,
         ring=None,
         before_read: Callable[[int], None] | None = None,
+        mapped: bool = False,
     ) -> Iterator[tuple[bytes | memoryview, "ScanResult"]]:
         """(window, scan result) over the whole batches from `start_position` (a batch start) to the end.
 
@@ -349,7 +351,9 @@ class LogSegment:
         `CorruptRecordError` with this file and position for an invalid batch, or an incomplete one at the
         end; with `stop_at_invalid` (the active segment, which its writer may be appending to) the walk ends
         quietly there instead. `before_read(n)` is called before each read of `n` bytes, on the thread that
-        reads (the cleaner's I/O throttle: it may block, or raise to stop the walk).
+        reads (the cleaner's I/O throttle: it may block, or raise to stop the walk). With `mapped` (a caller
+        holding the cleaner lock, on an inactive segment: see `segments.files.mapped`) the windows are views of a
+        mapping of the file, not copies in the ring's read buffers.
         """
         # numba (the scan's kernels) is imported only when a scan runs: start-up of the CLI stays fast
         from ..codec.scan import scan
@@ -362,11 +366,16 @@ class LogSegment:
             os.posix_fadvise(self._fd, pos, size - pos, _FADV_SEQUENTIAL)
         if ring is None:
             ring = WindowRing(window_bytes, count=1)
+        mapping = map_for_reading(self._fd, size) if mapped and pos < size else None
         while pos < size:
             read_buffer, buffers = ring.next(min(window_bytes, size - pos))
             if before_read is not None:
                 before_read(min(window_bytes, size - pos))
-            window: bytes | memoryview = self._read_into(read_buffer, pos, min(window_bytes, size - pos))
+            window: bytes | memoryview | None = None
+            if mapping is not None:
+                window = mapped_window(mapping, pos, min(window_bytes, size - pos))
+            if window is None:
+                window = self._read_into(read_buffer, pos, min(window_bytes, size - pos))
             try:
                 result = scan(window, base_position=pos, verify_crc=verify_crc, headers_only=headers_only, buffers=buffers)
                 if result.n_batches == 0 and result.torn_tail and 0 < result.torn_batch_bytes <= size - pos:

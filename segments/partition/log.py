@@ -512,6 +512,13 @@ class PartitionLog:
         with self._mutex:
             return list(self._segments)
 
+    def reads_mapped(self, segment: LogSegment) -> bool:
+        """Whether walks of `segment` may read it through a mapping (`LogSegment.scan_windows(mapped=...)`): in a
+        cleaner-mode log, which holds the cleaner lock, and not the active segment, the one file a writer may
+        cut. The reasons are `segments.files.mapped`'s."""
+        with self._mutex:
+            return self.mode == "cleaner" and bool(self._segments) and segment is not self._segments[-1]
+
     @property
     def active_segment(self) -> LogSegment:
         with self._mutex:

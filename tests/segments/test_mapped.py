@@ -1,0 +1,111 @@
+"""Mapped reads (`segments.files.mapped`): the same bytes and scan results as `preadv`, a window the file no longer
+covers is read with `preadv` instead (its usual error, never SIGBUS), and only a cleaner-mode log's inactive
+segments are mapped, by a round's three phases."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from cleaner.cli import main
+from segments.codec.errors import CorruptRecordError
+from segments.files import mapped, segment
+from segments.partition.log import PartitionLog
+
+from .helpers import write_log
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or mapped._MADV_POPULATE_READ is None,
+                                reason="mapped reads need Linux's MADV_POPULATE_READ")
+
+
+def _results(seg, **kwargs):
+    return [(bytes(window), r.start_position, r.end_position, r.offset.tolist(), r.key_pos.tolist(),
+             r.value_len.tolist()) for window, r in seg.scan_windows(window_bytes=4096, **kwargs)]
+
+
+def test_a_mapped_window_is_the_file_s_bytes(tmp_path):
+    path = tmp_path / "f"
+    data = os.urandom(3 * 4096 + 100)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mapping = mapped.map_for_reading(fd, len(data))
+        assert mapping is not None
+        for position, size in ((0, 1), (5000, 3000), (4096, 4096), (len(data) - 7, 7)):
+            assert bytes(mapped.mapped_window(mapping, position, size)) == data[position:position + size]
+        assert mapped.mapped_window(mapping, len(data) - 7, 8) is None  # past the mapping
+        assert mapped.map_for_reading(fd, 0) is None
+    finally:
+        os.close(fd)
+
+
+def test_a_window_cut_off_by_a_truncate_is_not_handed_out(tmp_path):
+    """Touching a mapped page past the end of the file kills the process (SIGBUS); populating it first fails,
+    and the caller reads with preadv instead."""
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(3 * 4096))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        mapping = mapped.map_for_reading(fd, 3 * 4096)
+        os.ftruncate(fd, 4096)
+        assert mapped.mapped_window(mapping, 5000, 3000) is None
+        assert mapped.mapped_window(mapping, 100, 3000) is not None
+    finally:
+        os.close(fd)
+
+
+def test_mapped_scans_equal_copied_scans(tmp_path):
+    d = tmp_path / "t-0"
+    write_log(d, 600, segment_bytes=64 * 1024, value_bytes=300)
+    with PartitionLog.open(d, mode="cleaner") as log:
+        inactive = log.segments[:-1]
+        assert len(inactive) >= 2
+        for seg in inactive:
+            assert log.reads_mapped(seg)
+            copied = _results(seg)
+            assert _results(seg, mapped=True) == copied and len(copied) > 3
+        assert not log.reads_mapped(log.segments[-1])
+    with PartitionLog.open(d, mode="reader") as log:
+        assert not any(log.reads_mapped(seg) for seg in log.segments)
+
+
+def test_a_segment_truncated_under_a_mapped_walk_gets_the_usual_error(tmp_path):
+    d = tmp_path / "t-0"
+    write_log(d, 600, segment_bytes=64 * 1024, value_bytes=300)
+    with PartitionLog.open(d, mode="cleaner") as log:
+        seg = log.segments[0]
+        walk = seg.scan_windows(window_bytes=4096, mapped=True)
+        next(walk)
+        os.truncate(seg.paths.log, 6000)  # what no process may do to a locked partition: an error, not SIGBUS
+        with pytest.raises(CorruptRecordError, match="incomplete batch|truncated|torn"):
+            for _ in walk:
+                pass
+
+
+def test_a_round_maps_its_inactive_segments_and_nothing_else(tmp_path, monkeypatch):
+    d = tmp_path / "t-0"
+    write_log(d, 600, segment_bytes=64 * 1024, value_bytes=300)
+    with PartitionLog.open(d, mode="reader") as log:
+        inactive = sorted(str(s.paths.log) for s in log.segments[:-1])
+        active = str(log.segments[-1].paths.log)
+    mapped_paths: list[str] = []
+    real = mapped.map_for_reading
+
+    def spy(fd, size):
+        mapped_paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd, size)
+
+    monkeypatch.setattr(segment, "map_for_reading", spy)
+    done = CliRunner().invoke(main, ["clean", str(d), "--json", "--now-ms", "1900000000000"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output.strip().splitlines()[-1])["records_written"] > 0
+    # the survey and the recopy each walk every inactive segment mapped (the index is filled by the survey)
+    assert len(inactive) >= 2 and active not in mapped_paths
+    assert sorted(set(mapped_paths)) == inactive and all(mapped_paths.count(p) >= 2 for p in inactive)
+    mapped_paths.clear()
+    assert CliRunner().invoke(main, ["verify", str(d)]).exit_code == 0
+    assert mapped_paths == []  # a reader-mode walk copies
