@@ -35,7 +35,7 @@ from ..codec.legacy import decode_legacy_entry
 from ..codec.records import BatchHeader, RecordBatch, decode_batch
 from .fileio import DEFAULT_FILE_OPS, FileOps
 from .index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries, interval_entries
-from .mapped import map_for_reading, mapped_window
+from .mapped import mapped_window
 from .txnindex import TransactionIndex
 
 if TYPE_CHECKING:
@@ -352,8 +352,8 @@ class LogSegment:
         end; with `stop_at_invalid` (the active segment, which its writer may be appending to) the walk ends
         quietly there instead. `before_read(n)` is called before each read of `n` bytes, on the thread that
         reads (the cleaner's I/O throttle: it may block, or raise to stop the walk). With `mapped` (a caller
-        holding the cleaner lock, on an inactive segment: see `segments.files.mapped`) the windows are views of a
-        mapping of the file, not copies in the ring's read buffers.
+        holding the cleaner lock, on an inactive segment: see `segments.files.mapped`) each window is a view of
+        a mapping of its pages, not a copy in the ring's read buffer.
         """
         # numba (the scan's kernels) is imported only when a scan runs: start-up of the CLI stays fast
         from ..codec.scan import scan
@@ -366,14 +366,13 @@ class LogSegment:
             os.posix_fadvise(self._fd, pos, size - pos, _FADV_SEQUENTIAL)
         if ring is None:
             ring = WindowRing(window_bytes, count=1)
-        mapping = map_for_reading(self._fd, size) if mapped and pos < size else None
         while pos < size:
             read_buffer, buffers = ring.next(min(window_bytes, size - pos))
             if before_read is not None:
                 before_read(min(window_bytes, size - pos))
             window: bytes | memoryview | None = None
-            if mapping is not None:
-                window = mapped_window(mapping, pos, min(window_bytes, size - pos))
+            if mapped:
+                window = mapped_window(self._fd, pos, min(window_bytes, size - pos))
             if window is None:
                 window = self._read_into(read_buffer, pos, min(window_bytes, size - pos))
             try:

@@ -33,27 +33,33 @@ def test_a_mapped_window_is_the_file_s_bytes(tmp_path):
     path.write_bytes(data)
     fd = os.open(path, os.O_RDONLY)
     try:
-        mapping = mapped.map_for_reading(fd, len(data))
-        assert mapping is not None
-        for position, size in ((0, 1), (5000, 3000), (4096, 4096), (len(data) - 7, 7)):
-            assert bytes(mapped.mapped_window(mapping, position, size)) == data[position:position + size]
-        assert mapped.mapped_window(mapping, len(data) - 7, 8) is None  # past the mapping
-        assert mapped.map_for_reading(fd, 0) is None
+        for position, size in ((0, 1), (5000, 3000), (4096, 4096), (len(data) - 7, 7), (0, len(data))):
+            assert bytes(mapped.mapped_window(fd, position, size)) == data[position:position + size]
+        assert mapped.mapped_window(fd, len(data) - 7, 8) is None  # past the end of the file
+        assert mapped.mapped_window(fd, 0, 0) is None
     finally:
         os.close(fd)
 
 
-def test_a_window_cut_off_by_a_truncate_is_not_handed_out(tmp_path):
-    """Touching a mapped page past the end of the file kills the process (SIGBUS); populating it first fails,
-    and the caller reads with preadv instead."""
+def test_a_window_cut_off_by_a_truncate_is_not_handed_out(tmp_path, monkeypatch):
+    """Touching a mapped page past the end of the file kills the process (SIGBUS); a window is populated before
+    it is handed out, and one the file no longer covers is not (the caller reads with preadv instead)."""
     path = tmp_path / "f"
     path.write_bytes(os.urandom(3 * 4096))
     fd = os.open(path, os.O_RDWR)
-    try:
-        mapping = mapped.map_for_reading(fd, 3 * 4096)
+    real_mmap = mapped.mmap.mmap
+
+    def mmap_then_truncate(*args, **kwargs):  # the file shrinks between the mapping and its population
+        mapping = real_mmap(*args, **kwargs)
         os.ftruncate(fd, 4096)
-        assert mapped.mapped_window(mapping, 5000, 3000) is None
-        assert mapped.mapped_window(mapping, 100, 3000) is not None
+        return mapping
+
+    try:
+        monkeypatch.setattr(mapped.mmap, "mmap", mmap_then_truncate)
+        assert mapped.mapped_window(fd, 5000, 3000) is None
+        monkeypatch.setattr(mapped.mmap, "mmap", real_mmap)
+        assert mapped.mapped_window(fd, 5000, 3000) is None  # past the end now: not even mapped
+        assert mapped.mapped_window(fd, 100, 3000) is not None
     finally:
         os.close(fd)
 
@@ -93,13 +99,14 @@ def test_a_round_maps_its_inactive_segments_and_nothing_else(tmp_path, monkeypat
         inactive = sorted(str(s.paths.log) for s in log.segments[:-1])
         active = str(log.segments[-1].paths.log)
     mapped_paths: list[str] = []
-    real = mapped.map_for_reading
+    real = mapped.mapped_window
 
-    def spy(fd, size):
-        mapped_paths.append(os.readlink(f"/proc/self/fd/{fd}"))
-        return real(fd, size)
+    def spy(fd, position, size):
+        if position == 0:  # once per walk of a segment
+            mapped_paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd, position, size)
 
-    monkeypatch.setattr(segment, "map_for_reading", spy)
+    monkeypatch.setattr(segment, "mapped_window", spy)
     done = CliRunner().invoke(main, ["clean", str(d), "--json", "--now-ms", "1900000000000"])
     assert done.exit_code == 0, done.output
     assert json.loads(done.output.strip().splitlines()[-1])["records_written"] > 0
