@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from offsetmap import OffsetMap
-from segments.codec.errors import LockTimeoutError, LogDirOwnedError
+from segments.codec.errors import LockTimeoutError, LogDirOwnedError, SegmentError
 from segments.files.fileio import BackgroundRemover
 from segments.files.readahead import WindowRing
 from segments.partition.log import PartitionLog
@@ -282,7 +282,10 @@ class CleanerPool:
             else:
                 self.manager.failed(directory, exc)
             self.metrics.record_outcome("failed")
-        except Exception as exc:  # one partition's failure must not stop the others
+        except (SegmentError, CleanerError) as exc:  # the data or its settings: the manager logs it, in one line
+            self.manager.failed(directory, exc)
+            self.metrics.record_outcome("failed")
+        except Exception as exc:  # one partition's failure must not stop the others; a bug: with its traceback
             log.exception("cleaning failed dir=%s", directory)
             self.manager.failed(directory, exc)
             self.metrics.record_outcome("failed")

@@ -385,10 +385,12 @@ class LogSegment:
             except CorruptRecordError as exc:
                 if stop_at_invalid:
                     return
+                self._raise_if_resized(size, pos)
                 raise exc.located(self.paths.log, 0) from None
             if result.n_batches == 0:
                 if stop_at_invalid:
                     return
+                self._raise_if_resized(size, pos)
                 raise CorruptRecordError(
                     f"incomplete batch at the end of the file ({size - pos} bytes; a torn tail)",
                     position=pos,
@@ -396,6 +398,18 @@ class LogSegment:
                 )
             yield window, result
             pos = result.end_position
+
+    def _raise_if_resized(self, size: int, position: int) -> None:
+        """Raise `CorruptRecordError` saying so if the file is no longer `size` bytes: bytes found invalid in a walk
+        of a file that another process truncated or extended meanwhile are not the file's corruption."""
+        now = os.fstat(self._fd).st_size
+        if now != size:
+            raise CorruptRecordError(
+                f"the file changed size while it was read, from {size} to {now} bytes: another process truncated or "
+                "wrote it (a segment below the active one is never changed while its partition is locked)",
+                position=position,
+                path=self.paths.log,
+            )
 
     def find_offset_by_timestamp(self, timestamp_ms: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp ≥ `timestamp_ms` at or after `start_offset`."""

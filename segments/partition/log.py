@@ -799,28 +799,36 @@ class PartitionLog:
         segments are consecutive, below the active segment, and currently part of this log. Follows
         Kafka's order: `.cleaned → .swap` in descending base order, fsync dir; old files `→ .deleted` in
         ascending order, fsync dir; `.swap → ""`, fsync dir; then delete the `.deleted` files (on the
-        `remover`'s thread if the log has one).
+        `remover`'s thread if the log has one). A swap that cannot start (an old segment is no longer part of
+        the log, the new files' owner cannot be set) removes the new segments' files and leaves the log as it
+        was; one that fails after its first rename is completed by the next open's recovery (`.swap` files).
         """
         if self.mode != "cleaner":
             raise LogStateError(f"{self.directory}: only the cleaner swaps segments")
         with self._mutex:
             self._check_open()
             with PartitionLock(self.directory, SWAP_LOCK).acquire(timeout_s=_LOCK_TIMEOUT_S_DEFAULT):
-                self._list_segments()
-                current = {s.base_offset: s for s in self._segments}
-                active_base = self._segments[-1].base_offset
-                for old in old_segments:
-                    if current.get(old.base_offset) is not old:
-                        raise LogStateError(f"{old.paths.log} is no longer part of the log")
-                    if old.base_offset >= active_base:
-                        raise LogStateError(f"{old.paths.log} is the active segment; it is never cleaned")
-                for new in new_segments:
-                    assert new.suffix == fmt.CLEANED_SUFFIX, new
-                    # The new files take the mode (and, as root, the owner) of the segment they replace, so
-                    # the log's writer keeps the access it had (segments.files.pathcheck, "Owners").
-                    reference = current.get(new.base_offset) or old_segments[0]
-                    pathcheck.copy_ownership(new.paths.all(), os.fstat(reference.fileno()),
-                                             fsync_fd=self.file_ops.fsync_fd)
+                try:  # nothing renamed yet: a swap that cannot start removes the new files, the log stays as it was
+                    self._list_segments()
+                    current = {s.base_offset: s for s in self._segments}
+                    active_base = self._segments[-1].base_offset
+                    for old in old_segments:
+                        if current.get(old.base_offset) is not old:
+                            raise LogStateError(f"{old.paths.log} is no longer part of the log")
+                        if old.base_offset >= active_base:
+                            raise LogStateError(f"{old.paths.log} is the active segment; it is never cleaned")
+                    for new in new_segments:
+                        assert new.suffix == fmt.CLEANED_SUFFIX, new
+                        # The new files take the mode (and, as root, the owner) of the segment they replace, so
+                        # the log's writer keeps the access it had (segments.files.pathcheck, "Owners").
+                        reference = current.get(new.base_offset) or old_segments[0]
+                        pathcheck.copy_ownership(new.paths.all(), os.fstat(reference.fileno()),
+                                                 fsync_fd=self.file_ops.fsync_fd)
+                except BaseException:
+                    for new in new_segments:
+                        with contextlib.suppress(OSError):
+                            new.delete_files()
+                    raise
                 for new in sorted(new_segments, key=lambda s: s.base_offset, reverse=True):
                     new.change_suffix(fmt.SWAP_SUFFIX)
                     faults.hit("swap.renamed_to_swap")

@@ -431,6 +431,8 @@ def test_corrupt_partition_becomes_uncleanable_while_others_are_cleaned_and_is_r
     assert daemon.metric("logcleaner_uncleanable_bytes", log_dir=log_dir) > 0
     assert segment.read_bytes() == corrupted  # nothing was swapped in or repaired
     assert leftovers(bad) == [] and env.checkpoint("bad-0") is None
+    # a data error is one log line (file and position), not a traceback: tracebacks are for bugs
+    assert "Traceback" not in daemon.log_text() and "partition uncleanable dir=" in daemon.log_text()
 
     segment.write_bytes(original)  # the operator restores the file: its files changed, so it is retried now
     wait_until(lambda: env.fully_cleaned("bad-0"), timeout_s=ROUND_TIMEOUT_S, what="bad-0 cleaned after the fix")

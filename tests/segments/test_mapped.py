@@ -116,3 +116,20 @@ def test_a_round_maps_its_inactive_segments_and_nothing_else(tmp_path, monkeypat
     mapped_paths.clear()
     assert CliRunner().invoke(main, ["verify", str(d)]).exit_code == 0
     assert mapped_paths == []  # a reader-mode walk copies
+
+
+@pytest.mark.parametrize("mapped_read", [False, True])
+def test_a_segment_cut_mid_walk_is_named_as_changed_not_as_corrupt(tmp_path, mapped_read):
+    """A walk that finds bad bytes in a file whose size changed since it began says so, in both read paths
+    (a cut mid-page reads as zeros through a mapping, which would otherwise look like corrupt records)."""
+    d = tmp_path / "t-0"
+    write_log(d, 600, segment_bytes=64 * 1024, value_bytes=300)
+    with PartitionLog.open(d, mode="cleaner") as log:
+        seg = log.segments[0]
+        size = seg.size_bytes
+        walk = seg.scan_windows(window_bytes=4096, mapped=mapped_read)
+        next(walk)
+        os.truncate(seg.paths.log, size // 2 + 123)
+        with pytest.raises(CorruptRecordError, match=f"changed size while it was read, from {size} to {size // 2 + 123}"):
+            for _ in walk:
+                pass
