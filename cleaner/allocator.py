@@ -3,7 +3,9 @@
 Owns two decisions. `limit_blas_threads`: numpy's OpenBLAS starts a thread per core when numpy is imported,
 and they spin for a while; no round calls BLAS, and on a 2-core machine the spinning took a core from the round
 (W1 0.1 s of 1.2 s, bench/RESULTS.md), so a cleaning process asks OpenBLAS for one thread, unless the
-environment already says how many. `tune_allocator`: keep the per-window numpy temporaries of a round (masks, indices, hashes: a few MB each, a
+environment already says how many.
+
+`tune_allocator`: keep the per-window numpy temporaries of a round (masks, indices, hashes: a few MB each, a
 dozen per 16 MiB window) in glibc's heap instead of a fresh `mmap` for each. By default glibc serves blocks
 above its (dynamic, at most 32 MiB) mmap threshold with `mmap` and trims the heap as soon as 128 KiB at its top
 are free, so every window paid page faults on brand-new memory and `munmap`s: measured 0.2-0.5 s of system
@@ -12,8 +14,8 @@ top pad, the same pages are reused window after window. What this keeps from the
 64 MiB of freed heap at the top, reused by the next round. The offset map and the window buffers are not
 affected (the map is its own mapping; the buffers live for the thread).
 
-Only glibc has `mallopt`; elsewhere (musl, macOS) this does nothing. Never called on import: a library user's
-process keeps its own allocator settings.
+Only glibc has `mallopt`; elsewhere (musl, macOS) it does nothing. Neither is called on import: a library
+user's process keeps its own settings.
 """
 
 from __future__ import annotations

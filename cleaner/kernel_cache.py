@@ -11,9 +11,9 @@ kernel is compiled with the argument types a round uses, then compiles those ker
 into one extension module (numba's `pycc`, the GIL released around every call; `segments.codec.compiled`
 loads it), byte-compiles this project's packages (as pip does at a regular install: an editable install run
 with `PYTHONDONTWRITEBYTECODE=1`, as container images often set, otherwise compiles ~60 modules from source
-in every process, ~0.09 s), writes the stamp, and exits. If the child fails, or the cache directory cannot be written, the round
-compiles in-process as before (slower to start, bigger, never wrong); if only the module cannot be built (no C
-compiler), processes load numba's cache as before.
+in every process, ~0.09 s), writes the stamp, and exits. If the child fails, or the cache directory cannot be
+written, the round compiles in-process as before (slower to start, bigger, never wrong); if only the module
+cannot be built (no C compiler), processes load numba's cache as before.
 """
 
 from __future__ import annotations
