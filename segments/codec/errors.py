@@ -43,6 +43,17 @@ class CorruptRecordError(SegmentError):
 class TruncatedBatchError(CorruptRecordError):
     """The data ends inside a batch. At the end of a file this is a torn tail, not corruption."""
 
+    @classmethod
+    def at_end_of_file(cls, remaining: int, declared: int, *, position: int,
+                       path: str | os.PathLike | None = None) -> "TruncatedBatchError":
+        """The batch at `position` needs more than the `remaining` bytes of the file; `declared` is its declared
+        size (-1 if unknown). The size is named: one far past the end is more likely a corrupt length."""
+        if declared <= 0:
+            return cls(f"incomplete batch at the end of the file ({remaining} bytes; a torn tail)", position=position,
+                       path=path)
+        return cls(f"incomplete batch at the end of the file: it declares {declared} bytes, the file has {remaining} "
+                   "from here (a torn tail, or a corrupt length)", position=position, path=path)
+
 
 class UnsupportedFormatError(CorruptRecordError):
     """A valid-looking batch this version cannot handle (unknown magic, compression codec 5..7)."""

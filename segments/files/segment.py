@@ -391,11 +391,8 @@ class LogSegment:
                 if stop_at_invalid:
                     return
                 self._raise_if_resized(size, pos)
-                raise CorruptRecordError(
-                    f"incomplete batch at the end of the file ({size - pos} bytes; a torn tail)",
-                    position=pos,
-                    path=self.paths.log,
-                )
+                raise TruncatedBatchError.at_end_of_file(size - pos, result.torn_batch_bytes, position=pos,
+                                                         path=self.paths.log)
             yield window, result
             pos = result.end_position
 

@@ -276,8 +276,7 @@ def scan_log_file(fd: int, path: str | os.PathLike) -> Iterator["ScanResult"]:
         if bad_control is not None:
             raise bad_control.located(path) from None
         if result.n_batches == 0:
-            raise TruncatedBatchError(f"incomplete batch at the end of the file ({size - pos} bytes; a torn tail)",
-                                      position=pos, path=path)
+            raise TruncatedBatchError.at_end_of_file(size - pos, result.torn_batch_bytes, position=pos, path=path)
         yield result
         pos = result.end_position
 
