@@ -19,7 +19,10 @@ For each workload (`--workloads W1,W3`; `bench/workloads.py`), in one run:
    cache: median of 3) taken off, the part threads can speed up; "load before" = the 1-minute load average
    before the row's first run (the machine may be shared).
    Every run's partitions must come out `ok` with the same record counts as the one-thread run.
-5. `--modes clean,daemon`: the daemon's rows time `logcleaner run` (a config over the log dir, the same
+5. `--modes clean,clean-threads,daemon`: `clean` runs its threads past the first in worker processes (the
+   default), `clean-threads` the same command with `LOGCLEANER_WORKERS=threads` (all in one process). `wait4`
+   counts the workers' CPU in the command's (Linux adds a child's reaped children), and its peak RSS is the
+   largest of the processes', not their sum; the daemon's rows time `logcleaner run` (a config over the log dir, the same
    settings, a clock file at T) from its start until its `/status` shows every partition with a round done
    and nothing cleanable left; CPU and peak RSS from /proc at that moment, then SIGTERM;
 6. `--gil`: one more `clean` per row under `py-spy record --gil --idle` (100 Hz): the share of the wall time
@@ -87,11 +90,11 @@ def _generate(name: str, log_dir: Path, partitions: int, scale: float) -> tuple[
     return now_ms, first
 
 
-def _clean(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) -> dict:
+def _clean(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int, workers: str = "processes") -> dict:
     run = _run_measured([
         str(LOGCLEANER), "clean", str(log_dir), "--json", "--now-ms", str(now_ms), "--set", "cleanup.policy=compact",
         "--set", f"log.cleaner.threads={threads}", "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}",
-    ])
+    ], env={**os.environ, "LOGCLEANER_WORKERS": workers})
     if run["rc"]:
         raise RuntimeError(f"clean of {log_dir} failed (exit {run['rc']}):\n{run['stderr']}\n{run['stdout']}")
     summaries = [json.loads(line) for line in run["stdout"].splitlines() if line.startswith("{")]
@@ -201,7 +204,8 @@ def bench_workload(name: str, args) -> list[dict]:
         print(f"  fixed cost (a clean of one tiny partition): {fixed:.2f} s", flush=True)
         rows = []
         for mode in args.modes:
-            run_one = _clean if mode == "clean" else _daemon
+            run_one = {"clean": _clean, "daemon": _daemon,
+                       "clean-threads": lambda *a: _clean(*a, workers="threads")}[mode]
             for threads in args.threads:
                 runs = []
                 load = os.getloadavg()[0]
@@ -272,7 +276,7 @@ def _plot(rows: list[dict], args) -> None:
     names = sorted({r["workload"] for r in rows})
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), squeeze=False)
     for ax, name in zip(axes[0], names):
-        for mode, style in (("clean", "o-"), ("daemon", "s-")):
+        for mode, style in (("clean", "o-"), ("clean-threads", "^-"), ("daemon", "s-")):
             mine = [r for r in rows if r["workload"] == name and r["mode"] == mode]
             if not mine:
                 continue
@@ -305,7 +309,9 @@ def main() -> None:
     parser.add_argument("--dedupe-mb", type=float, default=256, help="log.cleaner.dedupe.buffer.size in MiB (shared)")
     parser.add_argument("--data-dir", type=Path, default=BENCH / "data")
     parser.add_argument("--keep", action="store_true", help="keep the generated data")
-    parser.add_argument("--modes", default="clean", help="clean (`logcleaner clean LOGDIR`), daemon (`logcleaner run`)")
+    parser.add_argument("--modes", default="clean",
+                        help="clean (`logcleaner clean LOGDIR`: threads past the first in worker processes), "
+                             "clean-threads (the same with LOGCLEANER_WORKERS=threads), daemon (`logcleaner run`)")
     parser.add_argument("--gil", action="store_true", help="one more clean per row under py-spy --gil: GIL-held share")
     parser.add_argument("--plot", type=Path, help="a PNG of throughput against threads")
     args = parser.parse_args()

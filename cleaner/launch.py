@@ -37,7 +37,7 @@ from .settings import CleanerSettings, TopicSettings
 from .survey import SurveyMemo
 from .throttle import Throttle
 
-__all__ = ["core", "launch_round", "thread_map_bytes", "thread_offset_map"]
+__all__ = ["core", "cores", "launch_round", "thread_map_bytes", "thread_offset_map"]
 
 
 def thread_map_bytes(cleaner: CleanerSettings) -> int:
@@ -105,7 +105,8 @@ def launch_round(
     return result
 
 
-def _cores() -> int:
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
@@ -115,7 +116,7 @@ def _cores() -> int:
 # Rounds running at once in this process: at most one a core. A thread past that waits for one (checking its
 # abort): more rounds than cores only hand the GIL around (bench/RESULTS.md, "Threads": 4 threads on 2 cores
 # were 0.89-0.96x of 2).
-CORES = threading.BoundedSemaphore(_cores())
+CORES = threading.BoundedSemaphore(cores())
 
 
 _holding = threading.local()  # per thread: how deep in `core()` it is

@@ -11,10 +11,11 @@ delete-horizon passes Kafka would come back for (KIP-534: a kept tombstone or ma
 `delete.retention.ms=0` makes the one the first pass stamps due at once), then `retention.bytes` on the
 compacted log. A failing partition does not stop the others; its outcome says why.
 
-Several partitions (`clean_planned`) are cleaned on `log.cleaner.threads` threads, as the daemon's (the
-compiled kernels release the GIL), each with its own offset map — its share of `log.cleaner.dedupe.buffer.size`,
-as Kafka divides it — and each taking the next partition, the largest dirty section first
-(`dirty_section_bytes`); the outcomes are reported in the plan's order whatever order they finish in.
+Several partitions (`clean_planned`) are cleaned on `log.cleaner.threads` threads (at most one a core), each with
+its own offset map — its share of `log.cleaner.dedupe.buffer.size`, as Kafka divides it — and each taking the
+next partition, the largest dirty section first (`dirty_section_bytes`); the first thread cleans in this
+process, each other one drives a worker process (`cleaner.workers`, `clean_partition_job`) so that no GIL is
+shared; the outcomes are reported in the plan's order whatever order they finish in.
 `cleaner.spark_clean` runs the same `clean_partition` in Spark tasks instead of threads; `total_summary` adds
 outcomes up.
 """
@@ -56,6 +57,7 @@ from .round import CleaningAbortedError, RoundResult
 from .settings import CleanerSettings, Settings
 from .survey import WINDOW_BYTES, SurveyMemo
 from .throttle import Throttle
+from .workers import WorkerContext, WorkerDiedError, WorkerProcess, use_processes
 
 __all__ = [
     "CleanRefusedError", "PartitionOutcome", "PlannedPartition", "clean_partition", "clean_planned",
@@ -332,6 +334,19 @@ def clean_partition(
     return outcome
 
 
+def clean_partition_job(context: WorkerContext, *, planned: PlannedPartition, cleaner: CleanerSettings, now_ms: int,
+                        forced_from: int | None, forced_to: int | None, dry_run: bool, once: bool) -> PartitionOutcome:
+    """`clean_partition` of one planned partition in a worker process (`cleaner.workers`), as `clean_planned`'s
+    threads run it in theirs: the worker's offset map (this thread's share of the dedupe buffer), its budget
+    (the parent's, per device), abort check, byte counts and remover."""
+    return clean_partition(
+        planned.directory, planned.view.settings, now_ms=now_ms, policy=planned.policy,
+        offset_map=context.offset_map(cleaner), forced_from=forced_from, forced_to=forced_to, dry_run=dry_run,
+        once=once, on_bytes=context.on_bytes, throttle=context.throttle, check_abort=context.check_abort,
+        remover=context.remover,
+    )
+
+
 def dirty_section_bytes(directory: Path, checkpoint: int | None) -> int:
     """What `clean_planned` orders partitions by, cheaply: the bytes of the inactive `.log` files of `directory`
     that hold offsets at or above `checkpoint` (its first dirty offset; None: every inactive one). A listing and
@@ -392,7 +407,9 @@ def clean_planned(
     `cleaner.threads` threads, each with its own offset map (`launch.thread_offset_map`: the thread's share of
     `log.cleaner.dedupe.buffer.size`), reused from partition to partition, each taking the next partition, the
     largest dirty section first (`dirty_section_bytes`). `throttle_for(directory)` is the I/O budget of the
-    partition's device, shared by the threads.
+    partition's device, shared by the threads. At most one thread a core (`launch.cores`); the first cleans in
+    this process, each other one in its worker process (`cleaner.workers`; `LOGCLEANER_WORKERS=threads`: here
+    too), whose death fails only the partition it was cleaning (`WorkerDiedError`).
 
     `report` is called in the calling thread with each outcome, in the plan's order, as soon as that partition
     and every one before it is finished; `on_bytes` from the threads, one call at a time and never during a
@@ -408,6 +425,8 @@ def clean_planned(
     io_lock = threading.Lock()  # on_bytes and report: one at a time (a progress bar is not thread-safe)
     pending = collections.deque(largest_first(dirty_section_sizes(plan)))
     finished: dict[int, PartitionOutcome | None] = {}  # None: aborted
+    # threads past the cores would only wait for one (`launch.CORES`); each past the first cleans in a process
+    workers_wanted = min(cleaner.threads, len(plan), launch.cores())
 
     def check_abort() -> None:
         if stopping.is_set():
@@ -417,36 +436,65 @@ def clean_planned(
         with io_lock:
             on_bytes(n, direction)
 
-    def work() -> None:
-        offset_map = None
-        while not stopping.is_set():
-            with changed:
-                if not pending:
-                    return
-                i = pending.popleft()
-            planned = plan[i]
-            outcome: PartitionOutcome | None
+    # The first thread cleans in this process; each other one in a worker process of its own (`cleaner.workers`:
+    # no GIL shared with the others), started now, so that its start-up overlaps the first rounds.
+    processes: list[WorkerProcess | None] = [None] * workers_wanted
+    if use_processes():
+        for k in range(1, workers_wanted):
             try:
-                if offset_map is None:
-                    offset_map = launch.thread_offset_map(cleaner)
-                outcome = clean_partition(
-                    planned.directory, planned.view.settings, now_ms=now_ms, policy=planned.policy,
-                    offset_map=offset_map, forced_from=forced_from, forced_to=forced_to, dry_run=dry_run, once=once,
-                    on_bytes=counted, throttle=throttle_for(planned.directory.parent), check_abort=check_abort,
-                    remover=remover,
-                )
-            except CleaningAbortedError:
-                outcome = None
-            except Exception as exc:  # the per-partition boundary, as in clean_partition (the map, the throttle)
-                log.exception("cleaning failed unexpectedly dir=%s", planned.directory)
-                outcome = PartitionOutcome(str(planned.directory), policy=planned.policy,
-                                           error=f"{type(exc).__name__}: {exc}")
-            with changed:
-                finished[i] = outcome
-                changed.notify_all()
+                processes[k] = WorkerProcess()
+            except OSError as exc:  # no process could start (a limit on processes): that thread cleans in here
+                log.warning("could not start a worker process, cleaning on a thread instead: %s", exc)
 
-    workers = [threading.Thread(target=work, name=f"logcleaner-clean-{k}", daemon=True)
-               for k in range(min(cleaner.threads, len(plan)))]
+    def work(k: int) -> None:
+        offset_map = None
+        worker = processes[k]
+        try:
+            while not stopping.is_set():
+                with changed:
+                    if not pending:
+                        return
+                    i = pending.popleft()
+                planned = plan[i]
+                outcome: PartitionOutcome | None
+                try:
+                    if worker is not None:
+                        if not worker.alive():  # it died cleaning the partition before: a new one
+                            worker = processes[k] = WorkerProcess()
+                        outcome = worker.call(
+                            "cleaner.oneshot:clean_partition_job",
+                            dict(planned=planned, cleaner=cleaner, now_ms=now_ms, forced_from=forced_from,
+                                 forced_to=forced_to, dry_run=dry_run, once=once),
+                            throttle=throttle_for(planned.directory.parent), on_bytes=counted, check_abort=check_abort,
+                        )
+                    else:
+                        if offset_map is None:
+                            offset_map = launch.thread_offset_map(cleaner)
+                        outcome = clean_partition(
+                            planned.directory, planned.view.settings, now_ms=now_ms, policy=planned.policy,
+                            offset_map=offset_map, forced_from=forced_from, forced_to=forced_to, dry_run=dry_run,
+                            once=once, on_bytes=counted, throttle=throttle_for(planned.directory.parent),
+                            check_abort=check_abort, remover=remover,
+                        )
+                except CleaningAbortedError:
+                    outcome = None
+                except WorkerDiedError as exc:  # a signal, the OOM killer: this partition fails, a new worker goes on
+                    outcome = PartitionOutcome(str(planned.directory), policy=planned.policy,
+                                               error=f"{display_path(planned.directory)}: {exc} while cleaning it; "
+                                                     "the next clean recovers what it left")
+                except Exception as exc:  # the per-partition boundary, as in clean_partition (the map, the throttle)
+                    log.exception("cleaning failed unexpectedly dir=%s", planned.directory)
+                    outcome = PartitionOutcome(str(planned.directory), policy=planned.policy,
+                                               error=f"{type(exc).__name__}: {exc}")
+                with changed:
+                    finished[i] = outcome
+                    changed.notify_all()
+        finally:
+            if worker is not None:
+                worker.close()  # it removes its swaps' old segments first
+
+    workers = [threading.Thread(target=work, args=(k,), name=f"logcleaner-clean-{k}", daemon=True)
+               for k in range(workers_wanted)]
     for worker in workers:
         worker.start()
     reported = 0

@@ -12,6 +12,7 @@ on time: the deadlines are hang guards.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -52,50 +53,73 @@ def _files(log_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(log_dir)): p.read_bytes() for p in sorted(log_dir.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture
-def rounds(monkeypatch):
-    """Every `launch.launch_round` call (directory, offset map, start and end), run for real; the first two
-    wait at a barrier until both are in flight."""
-    calls: list[dict] = []
-    lock = threading.Lock()
-    barrier = threading.Barrier(2, timeout=HANG_GUARD_S)
-    real = launch.launch_round
-
-    def launch_round(log_, topic, cleaner, offset_map, *args, **kwargs):
-        with lock:
-            call = {"directory": log_.directory.name, "offset_map": offset_map, "thread": threading.get_ident()}
-            calls.append(call)
-            first_two = len(calls) <= 2
-        if first_two:
-            barrier.wait()  # BrokenBarrierError (the round fails) when no second round comes in time
-        call["start"] = time.monotonic()
-        try:
-            return real(log_, topic, cleaner, offset_map, *args, **kwargs)
-        finally:
-            call["end"] = time.monotonic()
-
-    monkeypatch.setattr(launch, "launch_round", launch_round)
-    return calls
+def _cleaner_lock_holders(logs: Path) -> dict[str, int]:
+    """Which partitions' `.cleaner.lock` are held right now, and by which process (from /proc/locks)."""
+    by_inode = {}
+    for lock in logs.glob("*/.cleaner.lock"):
+        by_inode[lock.stat().st_ino] = lock.parent.name
+    held = {}
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and "->" not in fields:
+            inode = int(fields[5].rsplit(":", 1)[1])
+            if inode in by_inode:
+                held[by_inode[inode]] = int(fields[4])
+    return held
 
 
-def test_two_threads_clean_two_partitions_at_once_each_with_half_the_dedupe_buffer(tmp_path, rounds, monkeypatch):
-    maps = []
-    real_map = launch.thread_offset_map
-    monkeypatch.setattr(launch, "thread_offset_map", lambda cleaner: maps.append(real_map(cleaner)) or maps[-1])
+def _start_slow_clean(logs: Path, *extra: str, bytes_per_second: int = 100_000) -> subprocess.Popen:
+    """`logcleaner clean LOGDIR` on two threads under a small I/O budget (100 kB/s: minutes of work for the
+    tests' partitions, so only what the test does ends it early)."""
+    args = ["clean", "--set", "cleanup.policy=compact", "--set", "log.cleaner.threads=2", "--now-ms", str(NOW),
+            "--set", f"log.cleaner.io.max.bytes.per.second={bytes_per_second}", *extra, str(logs)]
+    return subprocess.Popen([sys.executable, "-m", "cleaner.cli", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_two_rounds(child: subprocess.Popen, logs: Path) -> dict[str, int]:
+    """Poll until two partitions are locked for cleaning at once; their holders."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while len(held := _cleaner_lock_holders(logs)) < 2:
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "two partitions were never cleaned at once"
+        time.sleep(0.02)
+    return held
+
+
+@pytest.mark.skipif(launch.cores() < 2, reason="two threads clean at once only with two cores")
+def test_two_threads_clean_two_partitions_at_once_one_in_a_worker_process(tmp_path):
     logs = tmp_path / "logs"
     for name in ("a-0", "b-0", "c-0"):
-        generate_partition(logs / name, SPEC)
-    total = 24 * 100_000
-    code, output = _clean("--json", "--set", "log.cleaner.threads=2", "--set", f"log.cleaner.dedupe.buffer.size={total}",
-                          str(logs))
-    assert code == 0, output
-    assert [s["status"] for s in _summaries(output)] == ["ok"] * 3
-    first, second = rounds[0], rounds[1]
-    assert first["directory"] != second["directory"] and first["thread"] != second["thread"]
-    assert max(first["start"], second["start"]) < min(first["end"], second["end"]), "the two rounds did not overlap"
-    # one map per thread, reused from partition to partition, each of half the buffer (Kafka's division)
-    assert len(maps) == 2 and all(m.memory_bytes == total // 2 for m in maps)
-    assert {id(call["offset_map"]) for call in rounds} == {id(m) for m in maps}
+        generate_partition(logs / name, WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
+    child = _start_slow_clean(logs)
+    try:
+        held = _wait_for_two_rounds(child, logs)
+        # the first thread cleans in the command's process, the second in a worker process of its own
+        assert sorted(held) == ["a-0", "b-0"] or len(held) == 2
+        assert child.pid in held.values()
+        (worker,) = set(held.values()) - {child.pid}
+        assert Path(f"/proc/{worker}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"cleaner.workers"]
+        assert int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1]) == child.pid  # its parent
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.communicate(timeout=HANG_GUARD_S)
+    assert child.returncode == -signal.SIGTERM
+    assert not Path(f"/proc/{worker}").exists() or "Z" in Path(f"/proc/{worker}/stat").read_text().split()[2]
+
+
+def test_a_worker_process_has_its_threads_share_of_the_dedupe_buffer(tmp_path):
+    """Kafka divides `log.cleaner.dedupe.buffer.size` among the threads; a worker's map is its thread's share."""
+    from cleaner.settings import Settings
+    from cleaner.workers import WorkerContext
+    from segments.files.fileio import BackgroundRemover
+
+    cleaner = Settings.from_mappings({"log.cleaner.threads": 2, "log.cleaner.dedupe.buffer.size": 24 * 100_000}).cleaner
+    context = WorkerContext(throttle=None, check_abort=lambda: None, on_bytes=lambda n, d: None,  # type: ignore[arg-type]
+                            remover=BackgroundRemover())
+    first = context.offset_map(cleaner)
+    assert first.memory_bytes == 24 * 100_000 // 2 == launch.thread_map_bytes(cleaner)
+    assert context.offset_map(cleaner) is first  # reused from partition to partition
 
 
 def test_a_failed_partition_lets_the_others_finish_and_exits_1(tmp_path):
@@ -176,41 +200,31 @@ def test_clean_accepts_log_cleaner_threads(tmp_path):
 
 # ---- stopping: Ctrl-C and SIGTERM --------------------------------------------------------------------------
 
-# `logcleaner clean` whose rounds each touch started-<partition> in the directory argv[1] as they begin.
-_CHILD = """
-import sys
-from pathlib import Path
-from cleaner import launch
-from cleaner.cli import main
-real = launch.launch_round
-def launch_round(log_, *args, **kwargs):
-    (Path(sys.argv[1]) / ("started-" + log_.directory.name)).touch()
-    return real(log_, *args, **kwargs)
-launch.launch_round = launch_round
-main(sys.argv[2:], prog_name="logcleaner")
-"""
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_stop_signal_aborts_the_running_rounds_and_ends_as_before(tmp_path, signum):
+@pytest.mark.skipif(launch.cores() < 2, reason="two threads clean at once only with two cores")
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, False)],
+                         ids=["SIGINT", "SIGINT-to-the-process-group", "SIGTERM"])
+def test_a_stop_signal_aborts_the_running_rounds_and_ends_as_before(tmp_path, signum, to_group):
+    """Ctrl-C in a terminal reaches the worker processes too (the process group): they leave the decision to
+    the command, which aborts every running round, its own and its workers', and ends as it always did."""
     logs = tmp_path / "logs"
     for name in ("a-0", "b-0", "c-0"):
         generate_partition(logs / name, WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
     before = {p: p.read_bytes() for p in logs.rglob("*.log")}
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    # 100 kB/s shared by the threads: cleaning the 2 MB partitions would take minutes, so only an abort ends it
-    args = ["clean", "--set", "cleanup.policy=compact", "--set", "log.cleaner.threads=2", "--now-ms", str(NOW),
-            "--set", "log.cleaner.io.max.bytes.per.second=100000", str(logs)]
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(markers), *args], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = _start_slow_clean(logs)
     try:
-        deadline = time.monotonic() + HANG_GUARD_S
-        while len(list(markers.iterdir())) < 2:
-            assert child.poll() is None, child.communicate()
-            assert time.monotonic() < deadline, "two rounds never started"
-            time.sleep(0.02)
-        child.send_signal(signum)
+        held = _wait_for_two_rounds(child, logs)
+        if to_group:
+            for pid in set(held.values()):  # what a terminal's Ctrl-C does: every process of the job
+                os.kill(pid, signum)
+        else:
+            child.send_signal(signum)
         out, err = child.communicate(timeout=HANG_GUARD_S)
     finally:
         if child.poll() is None:
@@ -220,10 +234,43 @@ def test_a_stop_signal_aborts_the_running_rounds_and_ends_as_before(tmp_path, si
         assert child.returncode == 1 and "Aborted!" in err, err
     else:  # killed by the signal, as before the threads (143 in a shell)
         assert child.returncode == -signal.SIGTERM, err
+    assert "Traceback" not in err
     assert out == ""  # no partition finished
-    assert sorted(p.name for p in markers.iterdir()) == ["started-a-0", "started-b-0"]  # c-0 never taken
+    assert "c-0" not in held  # never taken
+    assert all(_gone(pid) for pid in held.values())  # no worker outlives the command
     assert {p: p.read_bytes() for p in logs.rglob("*.log")} == before  # aborted: left as they were
     assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap"))]
+
+
+@pytest.mark.skipif(launch.cores() < 2, reason="a worker process is used only with two cores")
+def test_a_worker_process_killed_mid_round_fails_its_partition_and_the_others_finish(tmp_path):
+    """The OOM killer, say: the partition it was cleaning fails, naming how the worker ended, a new worker
+    takes the next one, the command exits 1; the next clean recovers the killed round's files and cleans it."""
+    logs = tmp_path / "logs"
+    for name, records in (("a-0", 20_000), ("b-0", 20_000), ("c-0", 2_000), ("d-0", 2_000)):
+        generate_partition(logs / name, WorkloadSpec(records=records, keys=300, segment_bytes=256 * 1024))
+    # 2 MB/s: the two 2.4 MB partitions, taken first, are in their rounds for seconds; the whole takes ~5 s
+    child = _start_slow_clean(logs, "--json", bytes_per_second=2_000_000)
+    try:
+        held = _wait_for_two_rounds(child, logs)
+        (victim_partition, worker), = [(name, pid) for name, pid in held.items() if pid != child.pid]
+        os.kill(worker, signal.SIGKILL)
+        out, err = child.communicate(timeout=600)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 1, err
+    assert "Traceback" not in err
+    summaries = {s["partition"]: s for s in _summaries(out)}
+    assert sorted(summaries) == ["a-0", "b-0", "c-0", "d-0"]
+    failed = summaries.pop(victim_partition)
+    assert failed["status"] == "failed"
+    assert f"the worker process {worker} was ended by SIGKILL while cleaning it" in failed["error"]
+    assert all(s["status"] == "ok" for s in summaries.values()), summaries
+    code, output = _clean("--json", str(logs / victim_partition))
+    assert code == 0, output
+    assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap", ".deleted"))]
 
 
 def test_clean_returns_once_the_swaps_deleted_files_are_gone(tmp_path, monkeypatch):

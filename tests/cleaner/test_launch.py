@@ -133,9 +133,11 @@ def _clean_four_partitions_on_four_threads(tmp_path) -> None:
 @pytest.mark.parametrize("cores", [1, 2])
 def test_no_more_rounds_run_at_once_than_the_process_has_cores(tmp_path, monkeypatch, cores):
     """`clean LOGDIR` on 4 threads: at most `cores` rounds in flight at any moment (`launch.CORES`), and with
-    two cores two of them do overlap; every partition is still cleaned."""
+    two cores two of them do overlap; every partition is still cleaned. In one process (`LOGCLEANER_WORKERS=threads`,
+    as the daemon's threads run): the semaphore is per process."""
     import threading
 
+    monkeypatch.setenv("LOGCLEANER_WORKERS", "threads")
     monkeypatch.setattr(launch, "CORES", threading.BoundedSemaphore(cores))
     in_flight, most = [0], [0]
     lock = threading.Lock()
@@ -160,12 +162,13 @@ def test_no_more_rounds_run_at_once_than_the_process_has_cores(tmp_path, monkeyp
 @pytest.mark.parametrize("cores", [1, 2])
 def test_threads_past_the_cores_do_not_open_partitions_beside_the_rounds(tmp_path, monkeypatch, cores):
     """`clean LOGDIR` on 4 threads: a thread holds its core over all of a partition's work (`launch.core`),
-    opening it included, so at most `cores` partitions are open at any moment."""
+    opening it included, so at most `cores` partitions are open at any moment (threads in one process)."""
     import contextlib
     import threading
 
     from cleaner import oneshot
 
+    monkeypatch.setenv("LOGCLEANER_WORKERS", "threads")
     monkeypatch.setattr(launch, "CORES", threading.BoundedSemaphore(cores))
     open_now, most = [0], [0]
     lock = threading.Lock()
