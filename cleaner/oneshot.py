@@ -458,9 +458,13 @@ def clean_planned(
                 planned = plan[i]
                 outcome: PartitionOutcome | None
                 try:
-                    if worker is not None:
-                        if not worker.alive():  # it died cleaning the partition before: a new one
+                    if worker is not None and not worker.alive():  # it died cleaning the partition before
+                        try:
                             worker = processes[k] = WorkerProcess()
+                        except OSError as exc:
+                            log.warning("could not start a worker process, cleaning on a thread instead: %s", exc)
+                            worker = processes[k] = None
+                    if worker is not None:
                         outcome = worker.call(
                             "cleaner.oneshot:clean_partition_job",
                             dict(planned=planned, cleaner=cleaner, now_ms=now_ms, forced_from=forced_from,
