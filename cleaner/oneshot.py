@@ -57,7 +57,7 @@ from .round import CleaningAbortedError, RoundResult
 from .settings import CleanerSettings, Settings
 from .survey import WINDOW_BYTES, SurveyMemo
 from .throttle import Throttle
-from .workers import WorkerContext, WorkerDiedError, WorkerProcess, use_processes
+from .workers import WorkerContext, WorkerDiedError, WorkerProcess, recover_partition, use_processes
 
 __all__ = [
     "CleanRefusedError", "PartitionOutcome", "PlannedPartition", "clean_partition", "clean_planned",
@@ -482,10 +482,18 @@ def clean_planned(
                         )
                 except CleaningAbortedError:
                     outcome = None
+                    if worker is not None and not worker.alive():  # killed, not stopping at the abort: its leftovers
+                        recover_partition(planned.directory)
                 except WorkerDiedError as exc:  # a signal, the OOM killer: this partition fails, a new worker goes on
-                    outcome = PartitionOutcome(str(planned.directory), policy=planned.policy,
-                                               error=f"{display_path(planned.directory)}: {exc} while cleaning it; "
-                                                     "the next clean recovers what it left")
+                    unrecovered = recover_partition(planned.directory)
+                    if stopping.is_set():
+                        outcome = None  # stopping anyway (a SIGTERM to every process of the command): no failure
+                    else:
+                        outcome = PartitionOutcome(
+                            str(planned.directory), policy=planned.policy,
+                            error=f"{display_path(planned.directory)}: {exc} while cleaning it; " + (
+                                "what its round left was recovered" if unrecovered is None
+                                else f"its leftovers are removed by the next clean ({unrecovered})"))
                 except Exception as exc:  # the per-partition boundary, as in clean_partition (the map, the throttle)
                     log.exception("cleaning failed unexpectedly dir=%s", planned.directory)
                     outcome = PartitionOutcome(str(planned.directory), policy=planned.policy,
@@ -495,7 +503,7 @@ def clean_planned(
                     changed.notify_all()
         finally:
             if worker is not None:
-                worker.close()  # it removes its swaps' old segments first
+                worker.close(stopping=stopping.is_set())  # it removes its swaps' old segments first
 
     workers = [threading.Thread(target=work, args=(k,), name=f"logcleaner-clean-{k}", daemon=True)
                for k in range(workers_wanted)]

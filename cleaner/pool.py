@@ -2,8 +2,10 @@
 
 Owns `log.cleaner.threads` threads, each with its own offset map, looping: ask the manager for the
 filthiest log, open it in cleaner mode, run one round under the shared per-device I/O throttle, report the
-outcome; the thread's offset map and the round itself (under the throttle, its survivorship recorded after
-it) are `cleaner.launch`'s, the path `logcleaner clean` takes too. Before each selection, once per
+outcome (`round_and_retention`; the first thread runs it in this process, each other one in a worker process
+of its own, `cleaner.workers`, so that no GIL is shared: `round_job`); the thread's offset map and the round
+itself (under the throttle, its survivorship recorded after it) are `cleaner.launch`'s, the path
+`logcleaner clean` takes too. Before each selection, once per
 `log.retention.check.interval.ms` across the threads, a thread runs the retention pass over every log
 (`cleaner.retention`: the `delete` policy, and segments below the log start); a `compact,delete` log also
 gets it right after each of its rounds, as in Kafka. A thread with nothing to clean does the idle-log
@@ -16,6 +18,8 @@ there wakes at once when the pool stops. Outcomes:
 * an abort (shutdown, pause) at a window boundary → the round removed its `.cleaned` files; nothing else;
 * the partition's cleaner lock is held by another process → skipped, not a failure;
 * an I/O error of the disk itself (EIO, EROFS) → that log dir goes offline, the others go on;
+* the thread's worker process died (the OOM killer, SIGBUS) → what its round left is recovered, and the
+  partition is marked uncleanable, as below; the thread's next round starts a new worker;
 * anything else → the partition is marked uncleanable (retried later, see `cleaner.manager`); the thread
   carries on. A thread that dies anyway is replaced by `supervise()` and counted.
 """
@@ -39,13 +43,14 @@ from .errors import CleanerError
 from .idle import maintain_idle_logs
 from .manager import Candidate, CleanerManager
 from .metrics import CleanerMetrics
-from .retention import apply_retention
-from .round import CleaningAbortedError
-from .settings import TopicSettings
+from .retention import RetentionResult, apply_retention
+from .round import CleaningAbortedError, RoundResult
+from .settings import CleanerSettings, TopicSettings
 from .survey import WINDOW_BYTES, SurveyMemo
-from .throttle import DeviceThrottles
+from .throttle import DeviceThrottles, Throttle
+from .workers import WorkerContext, WorkerDiedError, WorkerProcess, recover_partition, use_processes
 
-__all__ = ["CleanerPool"]
+__all__ = ["CleanerPool", "round_and_retention", "round_job"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +88,7 @@ class CleanerPool:
         self._next_retention_ms = 0
         self.dead_threads = 0
         self.remover = BackgroundRemover()  # the swaps' `.deleted` files, removed off the cleaner threads
+        self._workers: dict[int, WorkerProcess] = {}  # thread index -> its worker process (threads past the first)
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -153,6 +159,42 @@ class CleanerPool:
     # ---- the thread -------------------------------------------------------------------------------------
 
     def _run(self, index: int) -> None:
+        try:
+            self._loop(index)
+        finally:
+            with self._lock:
+                worker = self._workers.pop(index, None)
+            if worker is not None:
+                worker.close(stopping=self._stopping.is_set())  # it removes its swaps' old segments first
+
+    def _worker(self, index: int) -> WorkerProcess | None:
+        """The worker process of thread `index` (each thread past the first drives one, `cleaner.workers`), a
+        new one if the last died; None for the first thread, with `LOGCLEANER_WORKERS=threads`, or when no
+        process can start (that thread then cleans in this process)."""
+        if index == 0 or not use_processes():
+            return None
+        with self._lock:
+            worker = self._workers.get(index)
+        if worker is not None and worker.alive():
+            return worker
+        try:
+            worker = WorkerProcess()
+        except OSError as exc:
+            log.warning("could not start a worker process, cleaning on a thread instead: %s", exc)
+            return None
+        with self._lock:
+            self._workers[index] = worker
+        return worker
+
+    def _recover_if_worker_died(self, index: int, directory: str | Path) -> None:
+        """A worker that died or was killed in a round left its files as a crash does: recover them now."""
+        with self._lock:
+            worker = self._workers.get(index)
+        if worker is not None and not worker.alive():
+            if (problem := recover_partition(Path(directory))) is not None:
+                log.warning("recovering after the worker process failed dir=%s error=%s", directory, problem)
+
+    def _loop(self, index: int) -> None:
         offset_map = None
         map_memory = 0
         ring = WindowRing(WINDOW_BYTES)  # this thread's read buffers, reused round after round like its map
@@ -223,7 +265,9 @@ class CleanerPool:
                 self.manager.end_maintenance(status.directory)
 
     def _apply_retention(self, directory: Path, plog: PartitionLog, topic: TopicSettings, now_ms: int) -> None:
-        result = apply_retention(plog, topic, now_ms)
+        self._record_retention(directory, apply_retention(plog, topic, now_ms))
+
+    def _record_retention(self, directory: Path, result: RetentionResult | None) -> None:
         if result is not None:
             self.metrics.record_retention(result.segments_deleted, result.bytes_deleted)
             self.manager.retained(directory, result)
@@ -244,29 +288,39 @@ class CleanerPool:
             self.metrics.record_io(n, direction)
 
         topic = self.manager.topic_settings(candidate.topic, candidate.log_dir)
-        config = topic.log_config()
+        cleaner = self.manager.settings.cleaner
         try:
             log.info("cleaning dir=%s reason=%s dirty_ratio=%.3f", directory, candidate.reason, candidate.dirty_ratio)
-            # one of the process's cores held over the partition's work, its round included (`launch.core`)
-            with launch.core(check_abort), PartitionLog.open(Path(directory), mode="cleaner", config=config,
-                                                             lock_timeout_s=_LOCK_WAIT_S, remover=self.remover) as plog:
-                result = launch.launch_round(
-                    plog, topic, self.manager.settings.cleaner, offset_map, throttle, self.clock_ms,
-                    ring=ring, survey_memo=survey_memo, check_abort=check_abort, on_bytes=on_bytes,
-                    force_recopy=candidate.force_recopy,
+            worker = self._worker(index)
+            if worker is not None:  # the same, in this thread's worker process; its errors raised here
+                result, retention = worker.call(
+                    "cleaner.pool:round_job",
+                    dict(directory=Path(directory), topic=topic, cleaner=cleaner, now_ms=self.clock_ms(),
+                         force_recopy=candidate.force_recopy),
+                    throttle=throttle, on_bytes=on_bytes, check_abort=check_abort,
                 )
-                if "delete" in topic.cleanup_policy and not result.dry_run:
-                    # Kafka's cleaner thread, too, deletes a compact,delete log's old segments after cleaning it
-                    try:
-                        self._apply_retention(directory, plog, topic, self.clock_ms())
-                    except Exception:  # the round itself succeeded; the next pass retries
-                        log.exception("retention after cleaning failed dir=%s", directory)
+            else:
+                result, retention = round_and_retention(
+                    Path(directory), topic, cleaner, offset_map, throttle, self.clock_ms, ring=ring,
+                    survey_memo=survey_memo, check_abort=check_abort, on_bytes=on_bytes,
+                    force_recopy=candidate.force_recopy, remover=self.remover,
+                )
+            self._record_retention(directory, retention)
             self.manager.done_cleaning(directory, result, result.next_delete_horizon_ms)
             self.metrics.record_round(index, result)
         except CleaningAbortedError:
             log.info("cleaning aborted dir=%s", directory)
+            self._recover_if_worker_died(index, directory)
             self.manager.aborted(directory)
             self.metrics.record_outcome("aborted")
+        except WorkerDiedError as exc:  # the OOM killer, a SIGBUS: this partition fails, the thread's next worker goes on
+            self._recover_if_worker_died(index, directory)
+            if self._stopping.is_set():  # a SIGTERM to every process of the unit: stopping, not a failure
+                self.manager.aborted(directory)
+                self.metrics.record_outcome("aborted")
+            else:
+                self.manager.failed(directory, exc)
+                self.metrics.record_outcome("failed")
         except LockTimeoutError as exc:
             log.info("partition busy; skipped dir=%s reason=%s", directory, exc)
             self.manager.busy_elsewhere(directory, _BUSY_BACKOFF_MS)
@@ -292,3 +346,38 @@ class CleanerPool:
         finally:
             with self._lock:
                 self._busy.pop(index, None)
+
+
+def round_and_retention(
+    directory: Path, topic: TopicSettings, cleaner: CleanerSettings, offset_map: OffsetMap, throttle: Throttle,
+    clock_ms: Callable[[], int], *, ring: WindowRing, survey_memo: SurveyMemo, check_abort: Callable[[], None],
+    on_bytes: Callable[[int, str], None], force_recopy: bool, remover: BackgroundRemover,
+) -> tuple[RoundResult, RetentionResult | None]:
+    """A daemon thread's work on the log it was handed, in its process or its worker's: open it in cleaner mode
+    (its lock waited for `_LOCK_WAIT_S`), one round (`launch.launch_round`), then, for a `compact,delete` log,
+    retention, as Kafka's cleaner thread deletes its old segments after cleaning it. The round's result and the
+    retention's (None: none, or it failed: logged, the next pass retries). Raises what the round raises."""
+    # one of the process's cores held over the partition's work, its round included (`launch.core`)
+    with launch.core(check_abort), PartitionLog.open(directory, mode="cleaner", config=topic.log_config(),
+                                                     lock_timeout_s=_LOCK_WAIT_S, remover=remover) as plog:
+        result = launch.launch_round(plog, topic, cleaner, offset_map, throttle, clock_ms, ring=ring,
+                                     survey_memo=survey_memo, check_abort=check_abort, on_bytes=on_bytes,
+                                     force_recopy=force_recopy)
+        retention = None
+        if "delete" in topic.cleanup_policy and not result.dry_run:
+            try:
+                retention = apply_retention(plog, topic, clock_ms())
+            except Exception:  # the round itself succeeded; the next pass retries
+                log.exception("retention after cleaning failed dir=%s", directory)
+    return result, retention
+
+
+def round_job(context: WorkerContext, *, directory: Path, topic: TopicSettings, cleaner: CleanerSettings,
+              now_ms: int, force_recopy: bool) -> tuple[RoundResult, RetentionResult | None]:
+    """`round_and_retention` in a worker process (`cleaner.workers`) with the worker's map, buffers, survey memo
+    and remover, the parent's budget and abort, and the parent's clock read when the log was handed over."""
+    return round_and_retention(
+        directory, topic, cleaner, context.offset_map(cleaner), context.throttle, lambda: now_ms, ring=context.ring,
+        survey_memo=context.survey_memo, check_abort=context.check_abort, on_bytes=context.on_bytes,
+        force_recopy=force_recopy, remover=context.remover,
+    )

@@ -18,10 +18,12 @@ The protocol: pickled tuples over two pipes.
   progress; `("result", value)`; `("raise", exception)`.
 * The parent's abort check runs while it waits; when it raises, the worker is told, and its round stops at its
   next window boundary (removing its `.cleaned` files) with `CleaningAbortedError`, re-raised in the parent.
-* A worker ignores SIGINT (Ctrl-C reaches the whole process group; the parent decides), and stops its job and
-  exits when its parent goes (the pipe's end). A worker that dies mid-job (a signal, the OOM killer) fails that
-  job with `WorkerDiedError`, naming how it ended; the partition is left as the next open finds it (an
-  unfinished round's `.cleaned` files are removed there, as after any crash).
+* A worker runs in a process group of its own, so a terminal's Ctrl-C or a `kill -TERM -PGID` reaches only the
+  parent, which decides; a SIGTERM sent to the worker itself (systemd stopping a whole cgroup) aborts its job
+  as the parent's abort does, and it exits. It stops its job and exits when its parent goes (the pipe's end).
+  A worker that does not stop within `_ABORT_WAIT_S` of an abort (SIGSTOP, a hung disk) is killed. A worker that
+  dies mid-job (a signal, the OOM killer) fails that job with `WorkerDiedError`, naming how it ended; the caller
+  then opens the partition (`recover_partition`), which removes what the round left, as after any crash.
 * `("exit",)`: the worker removes the old segments its swaps left to its background remover, then exits; the
   parent's `close` waits for that, so a command returns with no `.deleted` file left.
 """
@@ -29,6 +31,7 @@ The protocol: pickled tuples over two pipes.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import pickle
 import queue
@@ -36,6 +39,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import import_module
@@ -45,13 +49,16 @@ from typing import Any
 
 from offsetmap import OffsetMap
 from segments.files.fileio import BackgroundRemover
+from segments.files.readahead import WindowRing
 
 from .errors import CleanerError
 from .round import CleaningAbortedError
 from .settings import CleanerSettings
+from .survey import WINDOW_BYTES, SurveyMemo
 from .throttle import UNLIMITED, Throttle
 
-__all__ = ["WORKERS_VARIABLE", "WorkerContext", "WorkerDiedError", "WorkerProcess", "serve", "use_processes"]
+__all__ = ["WORKERS_VARIABLE", "WorkerContext", "WorkerDiedError", "WorkerProcess", "recover_partition", "serve",
+           "use_processes"]
 
 # `processes` (the default) or `threads`: how `logcleaner clean` runs its threads past the first
 WORKERS_VARIABLE = "LOGCLEANER_WORKERS"
@@ -59,6 +66,7 @@ WORKERS_VARIABLE = "LOGCLEANER_WORKERS"
 _POLL_S = 0.05  # the parent checks its abort this often while it waits on a worker
 _GRANT_WAIT_S = 0.1  # a worker waiting for the budget checks its own abort this often
 _EXIT_WAIT_S = 600.0  # a worker removing its old segments at exit: bounded, then killed
+_ABORT_WAIT_S = 10.0  # a worker told to abort stops at its next window boundary; one that does not is killed
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding cleaner/, for the worker's imports
 
 
@@ -70,7 +78,7 @@ def use_processes() -> bool:
     """Whether a caller with several cleaner threads gives each its own worker process: unless
     `LOGCLEANER_WORKERS=threads` (the in-process threads, for comparison, or where a process may not start
     another); any other value than `threads` or `processes` is warned about once and means processes."""
-    value = os.environ.get(WORKERS_VARIABLE, "processes").strip().lower()
+    value = os.environ.get(WORKERS_VARIABLE, "").strip().lower() or "processes"
     if value not in ("processes", "threads") and value not in _warned:
         _warned.add(value)
         print(f"warning: {WORKERS_VARIABLE}={value!r} is neither 'processes' nor 'threads'; using processes",
@@ -93,6 +101,21 @@ def _describe_end(returncode: int | None, pid: int) -> str:
     return f"the worker process {pid} exited with code {returncode}"
 
 
+def recover_partition(directory: Path) -> str | None:
+    """After a worker died (or was killed) cleaning `directory`: open it as its cleaner does, which finishes or
+    undoes what the worker left (a swap's renames, an unfinished round's `.cleaned` files), and close it; the
+    partition is then as the round found it, or as the swap made it. None, or why it could not be opened (the
+    next open recovers it then)."""
+    from segments.codec.errors import SegmentError
+    from segments.partition.log import PartitionLog
+
+    try:
+        with PartitionLog.open(directory, mode="cleaner"):
+            return None
+    except (SegmentError, OSError) as exc:
+        return str(exc)
+
+
 class WorkerProcess:
     """A worker process and the parent's end of its pipes. One job at a time, from one parent thread."""
 
@@ -105,7 +128,7 @@ class WorkerProcess:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "cleaner.workers", str(to_child_r), str(from_child_w)],
                 pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                env=env,
+                env=env, process_group=0,  # a terminal's Ctrl-C, a `kill -PGID`: the parent's to decide
             )
         except BaseException:
             for fd in (to_child_w, from_child_r):
@@ -147,8 +170,9 @@ class WorkerProcess:
             raise self._died()
         job = next(self._jobs)
         throttled = throttle is not None and not throttle.unlimited
-        self._send(("call", job, function, kwargs, throttled))
+        self._send(("call", job, function, kwargs, throttled, logging.getLogger().getEffectiveLevel()))
         aborted = False
+        aborting_since = 0.0
 
         def abort_requested() -> bool:
             nonlocal aborted
@@ -167,7 +191,12 @@ class WorkerProcess:
             except (EOFError, OSError):
                 raise self._died() from None
             if message is None:
-                abort_requested()
+                if abort_requested():
+                    aborting_since = aborting_since or time.monotonic()
+                    if time.monotonic() - aborting_since > _ABORT_WAIT_S:  # stopped (SIGSTOP), or stuck in the kernel
+                        self.kill()
+                        raise CleaningAbortedError(f"cleaning aborted: the worker process {self.pid} did not stop "
+                                                   f"within {_ABORT_WAIT_S:.0f} s and was killed")
                 continue
             kind = message[0]
             if kind == "bytes":
@@ -185,11 +214,16 @@ class WorkerProcess:
             elif kind == "result":
                 return message[1]
             elif kind == "raise":
-                raise message[1]
+                raise message[1].exception()
+            elif kind == "log":
+                _emit(message[1])
 
-    def close(self, timeout_s: float = _EXIT_WAIT_S) -> None:
+    def close(self, timeout_s: float | None = None, *, stopping: bool = False) -> None:
         """Ask the worker to finish (it removes its swaps' old segments first) and wait for it; kill it after
-        `timeout_s`."""
+        `timeout_s` (default: `_EXIT_WAIT_S`, or `_ABORT_WAIT_S` when the caller is `stopping`: a `.deleted`
+        file left then is removed by the next open)."""
+        if timeout_s is None:
+            timeout_s = _ABORT_WAIT_S if stopping else _EXIT_WAIT_S
         self._send(("exit",))
         try:
             self._proc.wait(timeout=timeout_s)
@@ -210,7 +244,33 @@ class WorkerProcess:
                 conn.close()
 
 
+def _emit(record: logging.LogRecord) -> None:
+    """A worker's log record, handled here as if this thread had logged it (the daemon's log format names the
+    thread: the worker's records carry the name of the thread that drives it)."""
+    record.threadName = threading.current_thread().name
+    logger = logging.getLogger(record.name)
+    if logger.isEnabledFor(record.levelno):
+        logger.handle(record)
+
+
 # ---- the worker's side ------------------------------------------------------------------------------------------
+
+
+class _PipeHandler(logging.Handler):
+    """Sends the worker's log records to the parent, which logs them where its own go."""
+
+    def __init__(self, worker: "_Worker") -> None:
+        super().__init__()
+        self._worker = worker
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if record.exc_info and not record.exc_text:
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+            record.msg, record.args, record.exc_info = record.getMessage(), None, None
+            self._worker.send(("log", record))
+        except Exception:  # noqa: BLE001 - logging never raises into the code that logs (logging.Handler's rule)
+            self.handleError(record)
 
 
 class _RemoteThrottle(Throttle):
@@ -236,6 +296,22 @@ class WorkerContext:
     on_bytes: Callable[[int, str], None]
     remover: BackgroundRemover
     _maps: dict[tuple[int, float], OffsetMap] = field(default_factory=dict)
+    _ring: WindowRing | None = None
+    _survey_memo: SurveyMemo | None = None
+
+    @property
+    def ring(self) -> WindowRing:
+        """The worker's read buffers, reused round after round as a cleaner thread's (made on first use)."""
+        if self._ring is None:
+            self._ring = WindowRing(WINDOW_BYTES)
+        return self._ring
+
+    @property
+    def survey_memo(self) -> SurveyMemo:
+        """What the survey took from the last partition this worker cleaned, for its next round of it."""
+        if self._survey_memo is None:
+            self._survey_memo = SurveyMemo()
+        return self._survey_memo
 
     def offset_map(self, cleaner: CleanerSettings) -> OffsetMap:
         """The offset map a cleaner thread of `cleaner`'s settings has (`launch.thread_offset_map`), made once
@@ -261,6 +337,7 @@ class _Worker:
         self._job = 0  # the job running
         self._aborted_job = -1
         self._parent_gone = False
+        self._terminated = False
 
     def send(self, message: tuple) -> None:
         with self._send_lock:
@@ -269,8 +346,15 @@ class _Worker:
     def check_abort(self) -> None:
         with self._lock:
             stop = self._parent_gone or self._aborted_job == self._job
+        stop = stop or self._terminated
         if stop:
             raise CleaningAbortedError("cleaning aborted: logcleaner is stopping")
+
+    def terminate(self, signum, frame) -> None:
+        """SIGTERM (systemd stopping the unit's whole cgroup, say): the running job aborts at its next window
+        boundary, as the parent's abort would, and the worker exits after it. A signal handler takes no lock
+        (it may run while this thread holds one): it sets the flag, which the loops read."""
+        self._terminated = True
 
     def ask_budget(self, n_bytes: int, check_abort: Callable[[], None] | None) -> bool:
         request = next(self._requests)
@@ -310,6 +394,15 @@ class _Worker:
                 self._parent_gone = True
         self._calls.put(None)
 
+    def _next_call(self) -> tuple | None:
+        """The next job, or None once the parent says exit, goes, or SIGTERM came."""
+        while not self._terminated:
+            try:
+                return self._calls.get(timeout=_GRANT_WAIT_S)
+            except queue.Empty:
+                continue
+        return None
+
     def run(self) -> None:
         remover = BackgroundRemover()
         context = WorkerContext(throttle=Throttle(UNLIMITED), check_abort=self.check_abort,
@@ -318,8 +411,9 @@ class _Worker:
         unlimited = context.throttle
         threading.Thread(target=self.read_messages, name="logcleaner-worker-pipe", daemon=True).start()
         try:
-            while (message := self._calls.get()) is not None:
-                _, job, function, kwargs, throttled = message
+            while (message := self._next_call()) is not None:
+                _, job, function, kwargs, throttled, log_level = message
+                logging.getLogger().setLevel(log_level)  # the parent's: records below it are not even sent
                 with self._lock:
                     self._job = job
                 context.throttle = remote if throttled else unlimited
@@ -327,7 +421,7 @@ class _Worker:
                     module, name = function.split(":")
                     value = getattr(import_module(module), name)(context, **kwargs)
                 except Exception as exc:  # noqa: BLE001 - the job's error goes back to the caller, raised there
-                    reply: tuple = ("raise", _picklable(exc))
+                    reply: tuple = ("raise", _SentException(exc))
                 else:
                     reply = ("result", value)
                 try:
@@ -340,28 +434,61 @@ class _Worker:
             remover.drain()
 
 
-def _picklable(exc: BaseException) -> BaseException:
-    """`exc` if it survives pickling both ways, else a `CleanerError` with its type's name and message."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:  # noqa: BLE001 - an exception whose constructor pickle cannot call again: replaced
-        return CleanerError(f"{type(exc).__name__}: {exc}")
+def _rebuilt(cls: type[BaseException], args: tuple, state: dict) -> BaseException:
+    """An exception of `cls` with `args` and attributes `state`, made without calling its constructor."""
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+class _SentException:
+    """An exception as the worker sends it: itself if it pickles both ways; else its class, arguments and
+    attributes, rebuilt in the parent without its constructor (most of `segments`' errors take keyword-only
+    arguments, which pickle cannot pass again), so the parent's `except` clauses see the same type and message;
+    else a `CleanerError` naming its type."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc: BaseException | None = None
+        self.parts: tuple | None = None
+        try:
+            pickle.loads(pickle.dumps(exc))
+            self.exc = exc
+            return
+        except Exception:  # noqa: BLE001 - its constructor cannot be called again: sent as parts
+            pass
+        try:
+            parts = (type(exc), exc.args, dict(getattr(exc, "__dict__", {})))
+            _rebuilt(*pickle.loads(pickle.dumps(parts)))
+            self.parts = parts
+        except Exception:  # noqa: BLE001 - a class or attribute that does not pickle: named instead
+            self.exc = CleanerError(f"{type(exc).__name__}: {exc}")
+
+    def exception(self) -> BaseException:
+        if self.parts is not None:
+            return _rebuilt(*self.parts)
+        assert self.exc is not None
+        return self.exc
 
 
 def serve(in_fd: int, out_fd: int) -> None:
     """The worker's main: the process's native settings, then jobs until the parent says exit or goes."""
     from .allocator import limit_blas_threads, tune_allocator
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the parent decides
     limit_blas_threads()
     tune_allocator()
     worker = _Worker(Connection(in_fd, writable=False), Connection(out_fd, readable=False))
+    signal.signal(signal.SIGTERM, worker.terminate)
+    root = logging.getLogger()
+    root.handlers[:] = [_PipeHandler(worker)]
     worker.run()
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]))
+    # the module's own copy, not this `__main__` one: what it sends must unpickle as `cleaner.workers`' classes
+    from cleaner.workers import serve as _serve
+
+    _serve(int(sys.argv[1]), int(sys.argv[2]))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # no interpreter teardown: the work is done and the remover drained (as cli_support.end_process)

@@ -68,12 +68,13 @@ def _cleaner_lock_holders(logs: Path) -> dict[str, int]:
     return held
 
 
-def _start_slow_clean(logs: Path, *extra: str, bytes_per_second: int = 100_000) -> subprocess.Popen:
+def _start_slow_clean(logs: Path, *extra: str, bytes_per_second: int = 100_000,
+                      new_session: bool = False) -> subprocess.Popen:
     """`logcleaner clean LOGDIR` on two threads under a small I/O budget (100 kB/s: minutes of work for the
     tests' partitions, so only what the test does ends it early)."""
     args = ["clean", "--set", "cleanup.policy=compact", "--set", "log.cleaner.threads=2", "--now-ms", str(NOW),
             "--set", f"log.cleaner.io.max.bytes.per.second={bytes_per_second}", *extra, str(logs)]
-    return subprocess.Popen([sys.executable, "-m", "cleaner.cli", *args], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "cleaner.cli", *args], cwd=ROOT, start_new_session=new_session,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -211,18 +212,18 @@ def _gone(pid: int) -> bool:
 @pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, False)],
                          ids=["SIGINT", "SIGINT-to-the-process-group", "SIGTERM"])
 def test_a_stop_signal_aborts_the_running_rounds_and_ends_as_before(tmp_path, signum, to_group):
-    """Ctrl-C in a terminal reaches the worker processes too (the process group): they leave the decision to
-    the command, which aborts every running round, its own and its workers', and ends as it always did."""
+    """Ctrl-C in a terminal signals the foreground process group: the command's, not its workers' (each has a
+    group of its own), so the command decides, aborts every running round, its own and its workers', and ends
+    as it always did, with no traceback from a worker however early the signal comes."""
     logs = tmp_path / "logs"
     for name in ("a-0", "b-0", "c-0"):
         generate_partition(logs / name, WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
     before = {p: p.read_bytes() for p in logs.rglob("*.log")}
-    child = _start_slow_clean(logs)
+    child = _start_slow_clean(logs, new_session=True)
     try:
         held = _wait_for_two_rounds(child, logs)
         if to_group:
-            for pid in set(held.values()):  # what a terminal's Ctrl-C does: every process of the job
-                os.kill(pid, signum)
+            os.killpg(child.pid, signum)  # what a terminal's Ctrl-C does: the job's process group
         else:
             child.send_signal(signum)
         out, err = child.communicate(timeout=HANG_GUARD_S)
@@ -240,6 +241,28 @@ def test_a_stop_signal_aborts_the_running_rounds_and_ends_as_before(tmp_path, si
     assert all(_gone(pid) for pid in held.values())  # no worker outlives the command
     assert {p: p.read_bytes() for p in logs.rglob("*.log")} == before  # aborted: left as they were
     assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap"))]
+
+
+@pytest.mark.skipif(launch.cores() < 2, reason="a worker process is used only with two cores")
+@pytest.mark.parametrize("delay_s", [0.05, 0.3])
+def test_ctrl_c_while_the_workers_start_ends_as_any_ctrl_c(tmp_path, delay_s):
+    """A Ctrl-C in the first moments, while the worker processes import: no traceback, no partition failed."""
+    logs = tmp_path / "logs"
+    for name in ("a-0", "b-0", "c-0"):
+        generate_partition(logs / name, WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
+    before = {p: p.read_bytes() for p in logs.rglob("*.log")}
+    child = _start_slow_clean(logs, new_session=True)
+    try:
+        time.sleep(delay_s)
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=HANG_GUARD_S)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 1 and "Aborted!" in err, err
+    assert "Traceback" not in err and "FAILED" not in err and out == ""
+    assert {p: p.read_bytes() for p in logs.rglob("*.log")} == before
 
 
 @pytest.mark.skipif(launch.cores() < 2, reason="a worker process is used only with two cores")
@@ -268,6 +291,9 @@ def test_a_worker_process_killed_mid_round_fails_its_partition_and_the_others_fi
     assert failed["status"] == "failed"
     assert f"the worker process {worker} was ended by SIGKILL while cleaning it" in failed["error"]
     assert all(s["status"] == "ok" for s in summaries.values()), summaries
+    # the command recovered what the killed round left: no .cleaned file waits for the next clean
+    assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap", ".deleted"))]
+    assert "what its round left was recovered" in failed["error"]
     code, output = _clean("--json", str(logs / victim_partition))
     assert code == 0, output
     assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap", ".deleted"))]

@@ -1,6 +1,7 @@
 """`cleaner.workers`: a real worker process, driven through its pipe protocol with the job functions of
-`tests/cleaner/worker_jobs.py`: results and exceptions come back (an exception pickle cannot rebuild, as a
-`CleanerError` naming it); the parent's I/O budget is charged for every byte the worker asks for; an abort of
+`tests/cleaner/worker_jobs.py`: results and exceptions come back with their types (one whose constructor pickle
+cannot call, rebuilt without it; one whose class pickle cannot name, as a `CleanerError` naming it); log records
+are logged by the parent; the parent's I/O budget is charged for every byte the worker asks for; an abort of
 the parent's stops the job, whether it runs or waits for the budget, and not the next one; a worker killed
 mid-job is reported as such; a worker whose parent goes exits; `close` waits for its remover. No assertion on
 time: the deadlines are hang guards."""
@@ -40,7 +41,12 @@ def test_a_job_runs_in_the_worker_and_returns_its_value(worker):
 def test_a_jobs_exception_is_raised_in_the_parent_with_its_type(worker):
     with pytest.raises(LogStateError, match="damaged at byte 7"):
         worker.call(f"{JOBS}:fail_with_log_state", {"message": "damaged at byte 7"})
-    with pytest.raises(CleanerError, match="_Unpicklable: x/y"):
+    from tests.cleaner.worker_jobs import KeywordOnly
+
+    with pytest.raises(KeywordOnly, match="x/y") as caught:
+        worker.call(f"{JOBS}:fail_keyword_only", {})
+    assert caught.value.b == "y"
+    with pytest.raises(CleanerError, match="Local: made here"):
         worker.call(f"{JOBS}:fail_unpicklably", {})
     assert worker.call(f"{JOBS}:echo", {"value": 1})["value"] == 1  # still serving
 
@@ -111,3 +117,65 @@ def test_logcleaner_workers_threads_keeps_the_threads_in_process(monkeypatch, ca
     monkeypatch.setenv(WORKERS_VARIABLE, "forks")
     assert use_processes()
     assert "LOGCLEANER_WORKERS='forks' is neither 'processes' nor 'threads'; using processes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["corrupt", "owned", "lock", "disk full"])
+def test_the_errors_the_pool_tells_apart_come_back_with_their_type_message_and_attributes(worker, kind):
+    """Most of `segments`' errors take keyword-only arguments, which pickle cannot pass again: they are rebuilt
+    from their class, arguments and attributes, so the daemon's `except` clauses see what a thread would."""
+    import errno
+
+    from segments.codec.errors import CorruptRecordError, LockTimeoutError, LogDirOwnedError
+
+    with pytest.raises(Exception) as caught:
+        worker.call(f"{JOBS}:fail_with", {"kind": kind})
+    exc = caught.value
+    if kind == "corrupt":
+        assert type(exc) is CorruptRecordError and exc.position == 4096 and "CRC mismatch" in str(exc)
+    elif kind == "owned":
+        assert type(exc) is LogDirOwnedError and "a Kafka broker" in str(exc)
+    elif kind == "lock":
+        assert type(exc) is LockTimeoutError and str(exc) == "/logs/t-0/.cleaner.lock: held by another process"
+    else:
+        assert type(exc) is OSError and exc.errno == errno.ENOSPC and exc.filename.endswith(".cleaned")
+
+
+def test_a_workers_log_records_are_logged_by_the_parent_as_the_calling_threads(worker, caplog):
+    import logging
+    import threading
+
+    caplog.set_level(logging.INFO)
+    assert worker.call(f"{JOBS}:log_something", {"message": "hello"})
+    records = [r for r in caplog.records if r.name == "cleaner.round"]
+    assert [r.getMessage() for r in records] == ["round says hello", "with its traceback"]
+    assert all(r.threadName == threading.current_thread().name for r in records)
+    assert "ValueError: inner" in records[1].exc_text
+    assert records[0].process == worker.pid
+
+
+def test_a_sigterm_to_the_worker_aborts_its_job_and_ends_it(worker):
+    """systemd stopping the unit's cgroup signals every process: the worker's job aborts as at the parent's
+    abort, and the worker exits."""
+    import os
+    import signal
+    import threading
+
+    threading.Timer(0.5, os.kill, (worker.pid, signal.SIGTERM)).start()
+    with pytest.raises(CleaningAbortedError):
+        worker.call(f"{JOBS}:spin_until_aborted", {"limit_s": HANG_GUARD_S})
+    assert worker._proc.wait(timeout=HANG_GUARD_S) == 0
+
+
+def test_a_worker_that_does_not_stop_at_an_abort_is_killed(worker, monkeypatch):
+    """SIGSTOPped, or stuck in the kernel: the parent does not wait for it beyond the bound."""
+    import os
+    import signal
+
+    from cleaner import workers
+
+    monkeypatch.setattr(workers, "_ABORT_WAIT_S", 0.5)
+    assert worker.call(f"{JOBS}:echo", {"value": 1})  # started and serving
+    os.kill(worker.pid, signal.SIGSTOP)
+    with pytest.raises(CleaningAbortedError, match="did not stop within"):
+        worker.call(f"{JOBS}:spin_until_aborted", {"limit_s": HANG_GUARD_S}, check_abort=_abort_after(0.1))
+    assert not worker.alive()
