@@ -19,8 +19,9 @@ For each workload (`--workloads W1,W3`; `bench/workloads.py`), in one run:
    cache: median of 3) taken off, the part threads can speed up; "load before" = the 1-minute load average
    before the row's first run (the machine may be shared).
    Every run's partitions must come out `ok` with the same record counts as the one-thread run.
-5. `--modes clean,clean-threads,daemon`: `clean` runs its threads past the first in worker processes (the
-   default), `clean-threads` the same command with `LOGCLEANER_WORKERS=threads` (all in one process). `wait4`
+5. `--modes clean,clean-threads,daemon,daemon-threads`: `clean` and `daemon` run their threads past the first
+   in worker processes (the default), the `-threads` modes the same with `LOGCLEANER_WORKERS=threads` (all in
+   one process). `wait4`
    counts the workers' CPU in the command's (Linux adds a child's reaped children), and its peak RSS is the
    largest of the processes', not their sum; the daemon's rows time `logcleaner run` (a config over the log dir, the same
    settings, a clock file at T) from its start until its `/status` shows every partition with a round done
@@ -117,9 +118,27 @@ def _cpu_s(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def _daemon(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) -> dict:
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (the daemon's worker processes)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _peak_rss_mib(pid: int) -> float:
+    return int(next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if line.startswith("VmHWM"))) / 1024
+
+
+def _daemon(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int, workers: str = "processes") -> dict:
     """`logcleaner run` over `log_dir`: wall from process start until `/status` shows every partition cleaned
-    (a round done, nothing cleanable left), CPU and peak RSS of the process at that moment."""
+    (a round done, nothing cleanable left), CPU and peak RSS of the process at that moment, its worker processes
+    included (CPU summed; RSS: the sum of each process's peak, an upper bound of their peak together)."""
     port = _free_port()
     config = log_dir.parent / f"{log_dir.name}.toml"
     config.write_text("\n".join([
@@ -129,7 +148,7 @@ def _daemon(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) -> dict
     ]))
     clock = log_dir.parent / f"{log_dir.name}.clock"
     clock.write_text(str(now_ms))
-    env = dict(os.environ, LOGCLEANER_CLOCK_FILE=str(clock))
+    env = dict(os.environ, LOGCLEANER_CLOCK_FILE=str(clock), LOGCLEANER_WORKERS=workers)
     started = time.perf_counter()
     proc = subprocess.Popen([str(LOGCLEANER), "run", "-c", str(config)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env=env, cwd=BENCH.parent)
@@ -147,9 +166,9 @@ def _daemon(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) -> dict
                 wall = time.perf_counter() - started
                 break
             time.sleep(0.02)
-        cpu = _cpu_s(proc.pid)
-        rss = int(next(line.split()[1] for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-                       if line.startswith("VmHWM"))) / 1024
+        pids = [proc.pid, *_children(proc.pid)]
+        cpu = sum(_cpu_s(pid) for pid in pids)
+        rss = sum(_peak_rss_mib(pid) for pid in pids)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -205,7 +224,8 @@ def bench_workload(name: str, args) -> list[dict]:
         rows = []
         for mode in args.modes:
             run_one = {"clean": _clean, "daemon": _daemon,
-                       "clean-threads": lambda *a: _clean(*a, workers="threads")}[mode]
+                       "clean-threads": lambda *a: _clean(*a, workers="threads"),
+                       "daemon-threads": lambda *a: _daemon(*a, workers="threads")}[mode]
             for threads in args.threads:
                 runs = []
                 load = os.getloadavg()[0]
@@ -276,7 +296,7 @@ def _plot(rows: list[dict], args) -> None:
     names = sorted({r["workload"] for r in rows})
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), squeeze=False)
     for ax, name in zip(axes[0], names):
-        for mode, style in (("clean", "o-"), ("clean-threads", "^-"), ("daemon", "s-")):
+        for mode, style in (("clean", "o-"), ("clean-threads", "^-"), ("daemon", "s-"), ("daemon-threads", "v-")):
             mine = [r for r in rows if r["workload"] == name and r["mode"] == mode]
             if not mine:
                 continue
@@ -311,7 +331,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the generated data")
     parser.add_argument("--modes", default="clean",
                         help="clean (`logcleaner clean LOGDIR`: threads past the first in worker processes), "
-                             "clean-threads (the same with LOGCLEANER_WORKERS=threads), daemon (`logcleaner run`)")
+                             "daemon (`logcleaner run`), clean-threads and daemon-threads (the same with "
+                             "LOGCLEANER_WORKERS=threads)")
     parser.add_argument("--gil", action="store_true", help="one more clean per row under py-spy --gil: GIL-held share")
     parser.add_argument("--plot", type=Path, help="a PNG of throughput against threads")
     args = parser.parse_args()
