@@ -347,6 +347,14 @@ def clean_partition_job(context: WorkerContext, *, planned: PlannedPartition, cl
     )
 
 
+def _recover(planned: PlannedPartition) -> str | None:
+    """`workers.recover_partition` of a planned partition whose worker died, with its topic's log config."""
+    parsed = parse_partition_dir_name(planned.directory.name)
+    if parsed is None:
+        return "not a partition directory"
+    return recover_partition(planned.directory, planned.view.settings.topic(parsed[0]).log_config())
+
+
 def dirty_section_bytes(directory: Path, checkpoint: int | None) -> int:
     """What `clean_planned` orders partitions by, cheaply: the bytes of the inactive `.log` files of `directory`
     that hold offsets at or above `checkpoint` (its first dirty offset; None: every inactive one). A listing and
@@ -483,9 +491,9 @@ def clean_planned(
                 except CleaningAbortedError:
                     outcome = None
                     if worker is not None and not worker.alive():  # killed, not stopping at the abort: its leftovers
-                        recover_partition(planned.directory)
+                        _recover(planned)
                 except WorkerDiedError as exc:  # a signal, the OOM killer: this partition fails, a new worker goes on
-                    unrecovered = recover_partition(planned.directory)
+                    unrecovered = _recover(planned)
                     if stopping.is_set():
                         outcome = None  # stopping anyway (a SIGTERM to every process of the command): no failure
                     else:

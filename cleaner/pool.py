@@ -18,8 +18,9 @@ there wakes at once when the pool stops. Outcomes:
 * an abort (shutdown, pause) at a window boundary → the round removed its `.cleaned` files; nothing else;
 * the partition's cleaner lock is held by another process → skipped, not a failure;
 * an I/O error of the disk itself (EIO, EROFS) → that log dir goes offline, the others go on;
-* the thread's worker process died (the OOM killer, SIGBUS) → what its round left is recovered, and the
-  partition is marked uncleanable, as below; the thread's next round starts a new worker;
+* the thread's worker process died (the OOM killer, SIGBUS) → what its round left is recovered and the
+  partition is retried as after an abort; a second death in a row in the same partition marks it uncleanable,
+  as below; the thread's next round starts a new worker;
 * anything else → the partition is marked uncleanable (retried later, see `cleaner.manager`); the thread
   carries on. A thread that dies anyway is replaced by `supervise()` and counted.
 """
@@ -58,6 +59,7 @@ _DISK_ERRNOS = frozenset({errno.EIO, errno.EROFS})
 _DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 _LOCK_WAIT_S = 1.0
 _BUSY_BACKOFF_MS = 30_000  # a partition another process is cleaning is passed over this long
+_WORKER_DEATHS_MAX = 2  # a partition whose worker died this many times in a row is marked uncleanable
 
 
 
@@ -89,6 +91,7 @@ class CleanerPool:
         self.dead_threads = 0
         self.remover = BackgroundRemover()  # the swaps' `.deleted` files, removed off the cleaner threads
         self._workers: dict[int, WorkerProcess] = {}  # thread index -> its worker process (threads past the first)
+        self._worker_deaths: dict[Path, int] = {}  # partition -> worker deaths in it in a row
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -137,6 +140,9 @@ class CleanerPool:
 
     def stop(self, timeout_s: float) -> bool:
         """Abort running rounds at their next window and wait for the threads; True if all stopped."""
+        with self._lock:
+            for worker in self._workers.values():  # a worker not stopping at the abort is killed within the deadline
+                worker.abort_wait_s = min(worker.abort_wait_s, timeout_s / 2)
         self._stopping.set()
         self.manager.abort_all()
         with self._lock:
@@ -177,6 +183,8 @@ class CleanerPool:
             worker = self._workers.get(index)
         if worker is not None and worker.alive():
             return worker
+        if worker is not None:
+            log.info("the worker process of thread %d ended; starting another (was pid %d)", index, worker.pid)
         try:
             worker = WorkerProcess()
         except OSError as exc:
@@ -186,12 +194,12 @@ class CleanerPool:
             self._workers[index] = worker
         return worker
 
-    def _recover_if_worker_died(self, index: int, directory: str | Path) -> None:
+    def _recover_if_worker_died(self, index: int, directory: str | Path, topic: TopicSettings) -> None:
         """A worker that died or was killed in a round left its files as a crash does: recover them now."""
         with self._lock:
             worker = self._workers.get(index)
         if worker is not None and not worker.alive():
-            if (problem := recover_partition(Path(directory))) is not None:
+            if (problem := recover_partition(Path(directory), topic.log_config())) is not None:
                 log.warning("recovering after the worker process failed dir=%s error=%s", directory, problem)
 
     def _loop(self, index: int) -> None:
@@ -306,19 +314,26 @@ class CleanerPool:
                     force_recopy=candidate.force_recopy, remover=self.remover,
                 )
             self._record_retention(directory, retention)
+            with self._lock:
+                self._worker_deaths.pop(directory, None)
             self.manager.done_cleaning(directory, result, result.next_delete_horizon_ms)
             self.metrics.record_round(index, result)
         except CleaningAbortedError:
             log.info("cleaning aborted dir=%s", directory)
-            self._recover_if_worker_died(index, directory)
+            self._recover_if_worker_died(index, directory, topic)
             self.manager.aborted(directory)
             self.metrics.record_outcome("aborted")
-        except WorkerDiedError as exc:  # the OOM killer, a SIGBUS: this partition fails, the thread's next worker goes on
-            self._recover_if_worker_died(index, directory)
-            if self._stopping.is_set():  # a SIGTERM to every process of the unit: stopping, not a failure
+        except WorkerDiedError as exc:  # the OOM killer, a SIGBUS: the thread's next worker goes on
+            self._recover_if_worker_died(index, directory, topic)
+            with self._lock:
+                deaths = self._worker_deaths[directory] = self._worker_deaths.get(directory, 0) + 1
+            if self._stopping.is_set() or deaths < _WORKER_DEATHS_MAX:
+                # stopping (a SIGTERM to every process of the unit), or a first death: not the partition's fault
+                # as far as is known, so it is retried as after an abort
+                log.warning("cleaning stopped dir=%s reason=%s; it is retried", directory, exc)
                 self.manager.aborted(directory)
                 self.metrics.record_outcome("aborted")
-            else:
+            else:  # its worker died again and again in it (SIGBUS, memory): uncleanable, retried after the backoff
                 self.manager.failed(directory, exc)
                 self.metrics.record_outcome("failed")
         except LockTimeoutError as exc:

@@ -10,12 +10,14 @@ GIL"; bench/RESULTS.md). What a worker runs is a job function named `module:func
 locks, so they hold between processes as between threads) and swaps as any cleaner does.
 
 The protocol: pickled tuples over two pipes.
-* parent → worker: `("call", job, "module:function", kwargs, throttled)`; `("granted", request, ok)`;
-  `("abort", job)`; `("exit",)`.
+* parent → worker: `("call", job, "module:function", kwargs, throttled, waits, log level)`;
+  `("granted", request, ok)`; `("wait",)`; `("abort", job)`; `("exit",)`.
 * worker → parent: `("acquire", request, n_bytes)` — the I/O budget stays the parent's (one `Throttle` per
-  device, shared by every worker and thread), the worker asks before each read and write when the budget is
-  limited, and a refusal (the parent is stopping) aborts its round; `("bytes", n, direction)` for the caller's
-  progress; `("result", value)`; `("raise", exception)`.
+  device, shared by every worker and thread): the worker asks before each read and write and waits for the
+  answer, and a refusal (the parent is stopping) aborts its round; while the budget is unlimited it only tells
+  (`("charge", n_bytes)`, counted by the budget for /status and the metrics, ~0.1 ms a round trip saved per
+  window) until the parent says `("wait",)`: a budget set meanwhile (SIGHUP) applies from the next window; `("bytes", n, direction)` for the caller's progress; `("log", record)`;
+  `("result", value)`; `("raise", exception)`.
 * The parent's abort check runs while it waits; when it raises, the worker is told, and its round stops at its
   next window boundary (removing its `.cleaned` files) with `CleaningAbortedError`, re-raised in the parent.
 * A worker runs in a process group of its own, so a terminal's Ctrl-C or a `kill -TERM -PGID` reaches only the
@@ -45,7 +47,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from offsetmap import OffsetMap
 from segments.files.fileio import BackgroundRemover
@@ -57,10 +59,15 @@ from .settings import CleanerSettings
 from .survey import WINDOW_BYTES, SurveyMemo
 from .throttle import UNLIMITED, Throttle
 
+if TYPE_CHECKING:
+    from segments.partition.log import LogConfig
+
+log = logging.getLogger(__name__)
+
 __all__ = ["WORKERS_VARIABLE", "WorkerContext", "WorkerDiedError", "WorkerProcess", "recover_partition", "serve",
            "use_processes"]
 
-# `processes` (the default) or `threads`: how `logcleaner clean` runs its threads past the first
+# `processes` (the default) or `threads`: how `logcleaner clean` and the daemon run their threads past the first
 WORKERS_VARIABLE = "LOGCLEANER_WORKERS"
 
 _POLL_S = 0.05  # the parent checks its abort this often while it waits on a worker
@@ -101,16 +108,16 @@ def _describe_end(returncode: int | None, pid: int) -> str:
     return f"the worker process {pid} exited with code {returncode}"
 
 
-def recover_partition(directory: Path) -> str | None:
-    """After a worker died (or was killed) cleaning `directory`: open it as its cleaner does, which finishes or
-    undoes what the worker left (a swap's renames, an unfinished round's `.cleaned` files), and close it; the
-    partition is then as the round found it, or as the swap made it. None, or why it could not be opened (the
-    next open recovers it then)."""
+def recover_partition(directory: Path, config: LogConfig) -> str | None:
+    """After a worker died (or was killed) cleaning `directory`: open it as its cleaner does, with its topic's
+    `config`, which finishes or undoes what the worker left (a swap's renames, an unfinished round's `.cleaned`
+    files), and close it; the partition is then as the round found it, or as the swap made it. None, or why it
+    could not be opened (the next open recovers it then)."""
     from segments.codec.errors import SegmentError
     from segments.partition.log import PartitionLog
 
     try:
-        with PartitionLog.open(directory, mode="cleaner"):
+        with PartitionLog.open(directory, mode="cleaner", config=config):
             return None
     except (SegmentError, OSError) as exc:
         return str(exc)
@@ -141,6 +148,9 @@ class WorkerProcess:
         self._in = Connection(from_child_r, writable=False)
         self._jobs = itertools.count(1)
         self.pid = self._proc.pid
+        # how long an aborted job may take to stop before the worker is killed (a caller stopping within a
+        # deadline of its own, the daemon's `shutdown_timeout_s`, makes it shorter)
+        self.abort_wait_s = _ABORT_WAIT_S
 
     def alive(self) -> bool:
         return self._proc.poll() is None and not self._in.closed
@@ -169,8 +179,12 @@ class WorkerProcess:
         if not self.alive():
             raise self._died()
         job = next(self._jobs)
-        throttled = throttle is not None and not throttle.unlimited
-        self._send(("call", job, function, kwargs, throttled, logging.getLogger().getEffectiveLevel()))
+        # Charged here even when unlimited: the budget counts every byte (the daemon's /status and metrics). While
+        # it is unlimited the worker does not wait for the answer ("charge"); once a budget is set (SIGHUP) it is
+        # told to, and asks before each window again ("acquire").
+        waits = throttle is not None and not throttle.unlimited
+        self._send(("call", job, function, kwargs, throttle is not None, waits,
+                    logging.getLogger().getEffectiveLevel()))
         aborted = False
         aborting_since = 0.0
 
@@ -193,14 +207,26 @@ class WorkerProcess:
             if message is None:
                 if abort_requested():
                     aborting_since = aborting_since or time.monotonic()
-                    if time.monotonic() - aborting_since > _ABORT_WAIT_S:  # stopped (SIGSTOP), or stuck in the kernel
+                    if time.monotonic() - aborting_since > self.abort_wait_s:  # SIGSTOPped, or stuck in the kernel
                         self.kill()
-                        raise CleaningAbortedError(f"cleaning aborted: the worker process {self.pid} did not stop "
-                                                   f"within {_ABORT_WAIT_S:.0f} s and was killed")
+                        message = (f"the worker process {self.pid} did not stop within {self.abort_wait_s:g} s of "
+                                   "the abort and was killed")
+                        log.warning("%s", message)
+                        raise CleaningAbortedError(f"cleaning aborted: {message}")
                 continue
             kind = message[0]
             if kind == "bytes":
                 on_bytes(message[1], message[2])
+            elif kind == "charge" and throttle is not None:  # counted; a budget set meanwhile: wait from now on
+                if not waits and not throttle.unlimited:
+                    waits = True
+                    self._send(("wait",))
+                if not abort_requested():
+                    try:  # the windows already on their way are charged to the new budget too, as they come
+                        throttle.acquire(message[1], check_abort=check_abort)
+                    except CleanerError:  # the caller's abort, raised while waiting for the budget
+                        aborted = True
+                        self._send(("abort", job))
             elif kind == "acquire":
                 ok = not abort_requested()
                 if ok and throttle is not None:
@@ -223,7 +249,7 @@ class WorkerProcess:
         `timeout_s` (default: `_EXIT_WAIT_S`, or `_ABORT_WAIT_S` when the caller is `stopping`: a `.deleted`
         file left then is removed by the next open)."""
         if timeout_s is None:
-            timeout_s = _ABORT_WAIT_S if stopping else _EXIT_WAIT_S
+            timeout_s = self.abort_wait_s if stopping else _EXIT_WAIT_S
         self._send(("exit",))
         try:
             self._proc.wait(timeout=timeout_s)
@@ -281,6 +307,9 @@ class _RemoteThrottle(Throttle):
         self._worker = worker
 
     def acquire(self, n_bytes: int, *, check_abort: Callable[[], None] | None = None) -> float:
+        if not self._worker.waits:
+            self._worker.send(("charge", n_bytes))  # unlimited: counted by the parent, no answer waited for
+            return 0.0
         granted = self._worker.ask_budget(n_bytes, check_abort)
         if not granted:
             raise CleaningAbortedError("cleaning aborted while waiting for the I/O budget: the parent is stopping")
@@ -338,6 +367,7 @@ class _Worker:
         self._aborted_job = -1
         self._parent_gone = False
         self._terminated = False
+        self.waits = False  # the job's budget is limited: ask before each read and write, and wait for the answer
 
     def send(self, message: tuple) -> None:
         with self._send_lock:
@@ -387,6 +417,8 @@ class _Worker:
                 elif kind == "abort":
                     with self._lock:
                         self._aborted_job = message[1]
+                elif kind == "wait":
+                    self.waits = True
                 elif kind == "exit":
                     break
         except (EOFError, OSError):
@@ -412,7 +444,7 @@ class _Worker:
         threading.Thread(target=self.read_messages, name="logcleaner-worker-pipe", daemon=True).start()
         try:
             while (message := self._next_call()) is not None:
-                _, job, function, kwargs, throttled, log_level = message
+                _, job, function, kwargs, throttled, self.waits, log_level = message
                 logging.getLogger().setLevel(log_level)  # the parent's: records below it are not even sent
                 with self._lock:
                     self._job = job
@@ -481,6 +513,7 @@ def serve(in_fd: int, out_fd: int) -> None:
     signal.signal(signal.SIGTERM, worker.terminate)
     root = logging.getLogger()
     root.handlers[:] = [_PipeHandler(worker)]
+    logging.raiseExceptions = False  # a record that cannot reach a parent gone is dropped, not printed
     worker.run()
 
 

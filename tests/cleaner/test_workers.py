@@ -58,9 +58,22 @@ def test_every_byte_the_worker_moves_is_charged_to_the_parents_budget(worker):
                        on_bytes=lambda n, d: counted.append((n, d))) == 6000
     assert throttle.total_bytes == 6000
     assert counted == [(1000, "read"), (2000, "read"), (3000, "read")]
-    unlimited = Throttle(UNLIMITED)  # no budget: no round trip, nothing charged here
-    worker.call(f"{JOBS}:charge", {"sizes": [10]}, throttle=unlimited)
-    assert unlimited.total_bytes == 0
+    unlimited = Throttle(UNLIMITED)  # no budget: counted all the same (the daemon's /status), no answer waited for
+    worker.call(f"{JOBS}:charge", {"sizes": [10, 20]}, throttle=unlimited)
+    assert unlimited.total_bytes == 30
+
+
+def test_a_budget_set_while_a_job_runs_applies_to_its_next_windows(worker):
+    """SIGHUP sets `log.cleaner.io.max.bytes.per.second` on the parent's budget during a worker's round: the
+    round's later windows wait for it (here: 1 kB/s for 100 windows of 1 kB, which only the abort ends)."""
+    import threading
+
+    throttle = Throttle(UNLIMITED)
+    threading.Timer(0.3, throttle.set_rate, (1000,)).start()
+    with pytest.raises(CleaningAbortedError):
+        worker.call(f"{JOBS}:charge", {"sizes": [1000] * 100, "pause_s": 0.01}, throttle=throttle,
+                    check_abort=_abort_after(2.0))
+    assert 0 < throttle.total_bytes < 100_000
 
 
 def _abort_after(seconds: float):
@@ -166,14 +179,13 @@ def test_a_sigterm_to_the_worker_aborts_its_job_and_ends_it(worker):
     assert worker._proc.wait(timeout=HANG_GUARD_S) == 0
 
 
-def test_a_worker_that_does_not_stop_at_an_abort_is_killed(worker, monkeypatch):
-    """SIGSTOPped, or stuck in the kernel: the parent does not wait for it beyond the bound."""
+def test_a_worker_that_does_not_stop_at_an_abort_is_killed(worker):
+    """SIGSTOPped, or stuck in the kernel: the parent does not wait for it beyond the bound (10 s; the daemon
+    makes it shorter than its shutdown deadline)."""
     import os
     import signal
 
-    from cleaner import workers
-
-    monkeypatch.setattr(workers, "_ABORT_WAIT_S", 0.5)
+    worker.abort_wait_s = 0.5
     assert worker.call(f"{JOBS}:echo", {"value": 1})  # started and serving
     os.kill(worker.pid, signal.SIGSTOP)
     with pytest.raises(CleaningAbortedError, match="did not stop within"):

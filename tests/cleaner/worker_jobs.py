@@ -35,10 +35,11 @@ def fail_unpicklably(context):
     raise Local("made here")
 
 
-def charge(context, *, sizes):
+def charge(context, *, sizes, pause_s=0.0):
     for n in sizes:
         context.throttle.acquire(n, check_abort=context.check_abort)
         context.on_bytes(n, "read")
+        time.sleep(pause_s)
     return sum(sizes)
 
 
