@@ -173,8 +173,8 @@ class WorkerProcess:
              on_bytes: Callable[[int, str], None] = lambda n, direction: None,
              check_abort: Callable[[], None] | None = None) -> Any:
         """Run `function` ("module:name") in the worker with `kwargs`; its return value, or its exception
-        raised here. Every read and write of the job is charged to `throttle` first (None or unlimited: no
-        budget); `on_bytes` is told what it moved; `check_abort`, called while waiting, stops the job when it
+        raised here. Every read and write of the job is charged to `throttle` (None: no budget); `on_bytes` is
+        told what it moved; `check_abort`, called while waiting, stops the job when it
         raises (the job then ends with `CleaningAbortedError`). Raises `WorkerDiedError` if the worker ends."""
         if not self.alive():
             raise self._died()
@@ -188,15 +188,31 @@ class WorkerProcess:
         aborted = False
         aborting_since = 0.0
 
-        def abort_requested() -> bool:
+        def abort_job() -> None:
             nonlocal aborted
+            if not aborted:
+                aborted = True
+                self._send(("abort", job))
+
+        def abort_requested() -> bool:
             if not aborted and check_abort is not None:
                 try:
                     check_abort()
                 except CleanerError:  # the caller's abort (`CleaningAbortedError`, a pool's stop): the job ends with it
-                    aborted = True
-                    self._send(("abort", job))
+                    abort_job()
             return aborted
+
+        def charge(n_bytes: int) -> bool:
+            """Charge the caller's budget; False if the caller aborted (while waiting for it, or before)."""
+            if abort_requested():
+                return False
+            try:
+                if throttle is not None:
+                    throttle.acquire(n_bytes, check_abort=check_abort)
+                return True
+            except CleanerError:  # the caller's abort, raised while waiting for the budget
+                abort_job()
+                return False
 
         while True:
             try:
@@ -209,34 +225,21 @@ class WorkerProcess:
                     aborting_since = aborting_since or time.monotonic()
                     if time.monotonic() - aborting_since > self.abort_wait_s:  # SIGSTOPped, or stuck in the kernel
                         self.kill()
-                        message = (f"the worker process {self.pid} did not stop within {self.abort_wait_s:g} s of "
-                                   "the abort and was killed")
-                        log.warning("%s", message)
-                        raise CleaningAbortedError(f"cleaning aborted: {message}")
+                        what = (f"the worker process {self.pid} did not stop within {self.abort_wait_s:g} s of the "
+                                "abort and was killed")
+                        log.warning("%s", what)
+                        raise CleaningAbortedError(f"cleaning aborted: {what}")
                 continue
             kind = message[0]
             if kind == "bytes":
                 on_bytes(message[1], message[2])
-            elif kind == "charge" and throttle is not None:  # counted; a budget set meanwhile: wait from now on
-                if not waits and not throttle.unlimited:
+            elif kind == "charge":  # done without waiting; a budget set meanwhile: wait from now on
+                if not waits and throttle is not None and not throttle.unlimited:
                     waits = True
                     self._send(("wait",))
-                if not abort_requested():
-                    try:  # the windows already on their way are charged to the new budget too, as they come
-                        throttle.acquire(message[1], check_abort=check_abort)
-                    except CleanerError:  # the caller's abort, raised while waiting for the budget
-                        aborted = True
-                        self._send(("abort", job))
+                charge(message[1])  # the windows already on their way are charged to a new budget too
             elif kind == "acquire":
-                ok = not abort_requested()
-                if ok and throttle is not None:
-                    try:
-                        throttle.acquire(message[2], check_abort=check_abort)
-                    except CleanerError:  # the caller's abort, raised while waiting for the budget
-                        ok = False
-                        aborted = True
-                        self._send(("abort", job))
-                self._send(("granted", message[1], ok))
+                self._send(("granted", message[1], charge(message[2])))
             elif kind == "result":
                 return message[1]
             elif kind == "raise":
@@ -246,7 +249,7 @@ class WorkerProcess:
 
     def close(self, timeout_s: float | None = None, *, stopping: bool = False) -> None:
         """Ask the worker to finish (it removes its swaps' old segments first) and wait for it; kill it after
-        `timeout_s` (default: `_EXIT_WAIT_S`, or `_ABORT_WAIT_S` when the caller is `stopping`: a `.deleted`
+        `timeout_s` (default: `_EXIT_WAIT_S`, or `abort_wait_s` when the caller is `stopping`: a `.deleted`
         file left then is removed by the next open)."""
         if timeout_s is None:
             timeout_s = self.abort_wait_s if stopping else _EXIT_WAIT_S
