@@ -301,12 +301,14 @@ class CleanerPool:
             log.info("cleaning dir=%s reason=%s dirty_ratio=%.3f", directory, candidate.reason, candidate.dirty_ratio)
             worker = self._worker(index)
             if worker is not None:  # the same, in this thread's worker process; its errors raised here
-                result, retention = worker.call(
-                    "cleaner.pool:round_job",
-                    dict(directory=Path(directory), topic=topic, cleaner=cleaner, now_ms=self.clock_ms(),
-                         force_recopy=candidate.force_recopy),
-                    throttle=throttle, on_bytes=on_bytes, check_abort=check_abort,
-                )
+                # one of this process's cores held for it (`launch.core`): threads past the cores wait here too
+                with launch.core(check_abort):
+                    result, retention = worker.call(
+                        "cleaner.pool:round_job",
+                        dict(directory=Path(directory), topic=topic, cleaner=cleaner, now_ms=self.clock_ms(),
+                             force_recopy=candidate.force_recopy),
+                        throttle=throttle, on_bytes=on_bytes, check_abort=check_abort,
+                    )
             else:
                 result, retention = round_and_retention(
                     Path(directory), topic, cleaner, offset_map, throttle, self.clock_ms, ring=ring,
