@@ -358,6 +358,9 @@ class WorkerContext:
 
 
 class _Worker:
+    """The worker's state: a reader thread takes the parent's messages (calls for the main thread, grants,
+    aborts), the main thread runs one job at a time, and any thread of a job sends through `send`."""
+
     def __init__(self, conn_in: Connection, conn_out: Connection) -> None:
         self._in = conn_in
         self._out = conn_out

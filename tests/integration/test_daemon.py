@@ -815,7 +815,10 @@ def _worker_of(daemon: DaemonProcess, log_dir: Path) -> tuple[str, int] | None:
         if len(fields) >= 6 and fields[1] == "FLOCK" and "->" not in fields:
             name, pid = by_inode.get(int(fields[5].rsplit(":", 1)[1])), int(fields[4])
             if name is not None and pid != daemon.proc.pid:
-                stat = Path(f"/proc/{pid}/stat").read_text()
+                try:
+                    stat = Path(f"/proc/{pid}/stat").read_text()
+                except FileNotFoundError:  # it ended since /proc/locks was read
+                    continue
                 if int(stat.rsplit(")", 1)[1].split()[1]) == daemon.proc.pid:
                     return name, pid
     return None
