@@ -43,24 +43,23 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import import_module
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from offsetmap import OffsetMap
+from segments.codec.errors import SegmentError
 from segments.files.fileio import BackgroundRemover
 from segments.files.readahead import WindowRing
+from segments.partition.log import LogConfig, PartitionLog
 
 from .errors import CleanerError
 from .round import CleaningAbortedError
 from .settings import CleanerSettings
 from .survey import WINDOW_BYTES, SurveyMemo
 from .throttle import UNLIMITED, Throttle
-
-if TYPE_CHECKING:
-    from segments.partition.log import LogConfig
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +80,9 @@ class WorkerDiedError(CleanerError):
     """A worker process ended in the middle of a job."""
 
 
+_warned: set[str] = set()  # the unknown LOGCLEANER_WORKERS values already warned about
+
+
 def use_processes() -> bool:
     """Whether a caller with several cleaner threads gives each its own worker process: unless
     `LOGCLEANER_WORKERS=threads` (the in-process threads, for comparison, or where a process may not start
@@ -92,8 +94,6 @@ def use_processes() -> bool:
               file=sys.stderr)
     return value != "threads"
 
-
-_warned: set[str] = set()
 
 
 def _describe_end(returncode: int | None, pid: int) -> str:
@@ -113,9 +113,6 @@ def recover_partition(directory: Path, config: LogConfig) -> str | None:
     `config`, which finishes or undoes what the worker left (a swap's renames, an unfinished round's `.cleaned`
     files), and close it; the partition is then as the round found it, or as the swap made it. None, or why it
     could not be opened (the next open recovers it then)."""
-    from segments.codec.errors import SegmentError
-    from segments.partition.log import PartitionLog
-
     try:
         with PartitionLog.open(directory, mode="cleaner", config=config):
             return None
@@ -327,7 +324,7 @@ class WorkerContext:
     check_abort: Callable[[], None]
     on_bytes: Callable[[int, str], None]
     remover: BackgroundRemover
-    _maps: dict[tuple[int, float], OffsetMap] = field(default_factory=dict)
+    _map: tuple[tuple[int, float], OffsetMap] | None = None  # (its size and load factor, the map)
     _ring: WindowRing | None = None
     _survey_memo: SurveyMemo | None = None
 
@@ -351,10 +348,10 @@ class WorkerContext:
         from . import launch
 
         key = (launch.thread_map_bytes(cleaner), cleaner.io_buffer_load_factor)
-        if key not in self._maps:
-            self._maps.clear()  # one map at a time: its memory is the thread's share of the dedupe buffer
-            self._maps[key] = launch.thread_offset_map(cleaner)
-        return self._maps[key]
+        if self._map is None or self._map[0] != key:  # one map at a time: the thread's share of the dedupe buffer
+            self._map = None  # the old one freed before the new one is made
+            self._map = (key, launch.thread_offset_map(cleaner))
+        return self._map[1]
 
 
 class _Worker:
@@ -381,8 +378,7 @@ class _Worker:
 
     def check_abort(self) -> None:
         with self._lock:
-            stop = self._parent_gone or self._aborted_job == self._job
-        stop = stop or self._terminated
+            stop = self._parent_gone or self._terminated or self._aborted_job == self._job
         if stop:
             raise CleaningAbortedError("cleaning aborted: logcleaner is stopping")
 

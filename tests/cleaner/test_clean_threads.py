@@ -11,6 +11,7 @@ on time: the deadlines are hang guards.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,6 +80,36 @@ def _start_slow_clean(logs: Path, *extra: str, bytes_per_second: int = 100_000,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _state_and_parent(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and parent pid from /proc (None: no such process)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def _gone(pid: int) -> bool:
+    found = _state_and_parent(pid)
+    return found is None or found[0] == "Z"
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p.name) for p in Path("/proc").glob("[0-9]*")
+            if (found := _state_and_parent(int(p.name))) is not None and found[1] == pid]
+
+
+@contextlib.contextmanager
+def _reaped(child: subprocess.Popen) -> Iterator[None]:
+    """The test's block; then, if it left `child` running (a failed assertion), kill and reap it."""
+    try:
+        yield
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+
+
 def _wait_for_two_rounds(child: subprocess.Popen, logs: Path) -> dict[str, int]:
     """Poll until two partitions are locked for cleaning at once; their holders."""
     deadline = time.monotonic() + HANG_GUARD_S
@@ -101,12 +133,12 @@ def test_two_threads_clean_two_partitions_at_once_one_in_a_worker_process(tmp_pa
         assert child.pid in held.values()
         (worker,) = set(held.values()) - {child.pid}
         assert Path(f"/proc/{worker}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"cleaner.workers"]
-        assert int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1]) == child.pid  # its parent
+        assert _state_and_parent(worker)[1] == child.pid  # its parent
     finally:
         child.send_signal(signal.SIGTERM)
         child.communicate(timeout=HANG_GUARD_S)
     assert child.returncode == -signal.SIGTERM
-    assert not Path(f"/proc/{worker}").exists() or "Z" in Path(f"/proc/{worker}/stat").read_text().split()[2]
+    assert _gone(worker)
 
 
 def test_a_worker_process_has_its_threads_share_of_the_dedupe_buffer(tmp_path):
@@ -201,13 +233,6 @@ def test_clean_accepts_log_cleaner_threads(tmp_path):
 
 # ---- stopping: Ctrl-C and SIGTERM --------------------------------------------------------------------------
 
-def _gone(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 @pytest.mark.skipif(launch.cores() < 2, reason="two threads clean at once only with two cores")
 @pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, False)],
                          ids=["SIGINT", "SIGINT-to-the-process-group", "SIGTERM"])
@@ -220,17 +245,13 @@ def test_a_stop_signal_aborts_the_running_rounds_and_ends_as_before(tmp_path, si
         generate_partition(logs / name, WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
     before = {p: p.read_bytes() for p in logs.rglob("*.log")}
     child = _start_slow_clean(logs, new_session=True)
-    try:
+    with _reaped(child):
         held = _wait_for_two_rounds(child, logs)
         if to_group:
             os.killpg(child.pid, signum)  # what a terminal's Ctrl-C does: the job's process group
         else:
             child.send_signal(signum)
         out, err = child.communicate(timeout=HANG_GUARD_S)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
     if signum == signal.SIGINT:  # click's end of a Ctrl-C, as before the threads
         assert child.returncode == 1 and "Aborted!" in err, err
     else:  # killed by the signal, as before the threads (143 in a shell)
@@ -243,17 +264,6 @@ def test_a_stop_signal_aborts_the_running_rounds_and_ends_as_before(tmp_path, si
     assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap"))]
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
-
-
 @pytest.mark.skipif(launch.cores() < 2, reason="a worker process is used only with two cores")
 @pytest.mark.parametrize("delay_s", [0.0, 0.1])
 def test_ctrl_c_while_the_workers_start_ends_as_any_ctrl_c(tmp_path, delay_s):
@@ -264,7 +274,7 @@ def test_ctrl_c_while_the_workers_start_ends_as_any_ctrl_c(tmp_path, delay_s):
         generate_partition(logs / name, WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
     before = {p: p.read_bytes() for p in logs.rglob("*.log")}
     child = _start_slow_clean(logs, new_session=True)
-    try:
+    with _reaped(child):
         deadline = time.monotonic() + HANG_GUARD_S
         while not _children(child.pid):
             assert child.poll() is None, child.communicate()
@@ -273,10 +283,6 @@ def test_ctrl_c_while_the_workers_start_ends_as_any_ctrl_c(tmp_path, delay_s):
         time.sleep(delay_s)
         os.killpg(child.pid, signal.SIGINT)
         out, err = child.communicate(timeout=HANG_GUARD_S)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
     assert child.returncode == 1 and "Aborted!" in err, err
     assert "Traceback" not in err and "FAILED" not in err and out == ""
     assert {p: p.read_bytes() for p in logs.rglob("*.log")} == before
@@ -291,15 +297,11 @@ def test_a_worker_process_killed_mid_round_fails_its_partition_and_the_others_fi
         generate_partition(logs / name, WorkloadSpec(records=records, keys=300, segment_bytes=256 * 1024))
     # 2 MB/s: the two 2.4 MB partitions, taken first, are in their rounds for seconds; the whole takes ~5 s
     child = _start_slow_clean(logs, "--json", bytes_per_second=2_000_000)
-    try:
+    with _reaped(child):
         held = _wait_for_two_rounds(child, logs)
         (victim_partition, worker), = [(name, pid) for name, pid in held.items() if pid != child.pid]
         os.kill(worker, signal.SIGKILL)
         out, err = child.communicate(timeout=600)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
     assert child.returncode == 1, err
     assert "Traceback" not in err
     summaries = {s["partition"]: s for s in _summaries(out)}
