@@ -7,7 +7,8 @@ For each workload (`--workloads W1,W3`; `bench/workloads.py`), in one run:
    its own seed, into one log directory under `--data-dir` (default `bench/data/`, gitignored; deleted at the
    end unless `--keep`): the pristine copy, never cleaned itself;
 2. one untimed warm-up clean (the numba cache loaded, the page cache warm);
-3. per thread count (`--threads 1,2,4`), `--repeats` (default 3) times: `cp -r` the pristine log directory to
+3. per mode and thread count (`--threads 1,2,4`), `--repeats` (default 3) times, interleaved (each repeat runs
+   every mode and count once, so the machine's drift falls on all alike): `cp -r` the pristine log directory to
    a fresh one and `sync` (timed: the physical baseline of that run), then time `logcleaner clean DIR --json
    --now-ms T --set cleanup.policy=compact --set log.cleaner.threads=N --set log.cleaner.dedupe.buffer.size=B`
    as a fresh subprocess (so
@@ -25,7 +26,11 @@ For each workload (`--workloads W1,W3`; `bench/workloads.py`), in one run:
    counts the workers' CPU in the command's (Linux adds a child's reaped children), and its peak RSS is the
    largest of the processes', not their sum; the daemon's rows time `logcleaner run` (a config over the log dir, the same
    settings, a clock file at T) from its start until its `/status` shows every partition with a round done
-   and nothing cleanable left; CPU and peak RSS from /proc at that moment, then SIGTERM;
+   and nothing cleanable left; CPU and peak RSS from /proc at that moment, then SIGTERM. `independent` is the
+   machine's own bound, with nothing of ours shared: the partitions are dealt into T log directories by T
+   concurrent `cp -r` (+ `sync`: that row's copy baseline, so `cp x T=1` says how the copy itself scales on
+   this machine), then T separate one-thread `logcleaner clean` processes run at once, each with 1/T of the
+   dedupe buffer; wall until the last exits;
 6. `--gil`: one more `clean` per row under `py-spy record --gil --idle` (100 Hz): the share of the wall time
    during which some thread held the GIL (py-spy samples only a thread holding it; bench/gil_profile.py
    splits it by phase);
@@ -37,7 +42,7 @@ default 256 MiB each thread's share still indexes a whole partition in one round
 never asserts a time.
 
 Usage: python bench/threads.py [--workloads W1,W3] [--partitions 4] [--scale 0.125] [--threads 1,2,4]
-                               [--repeats 3] [--dedupe-mb 256] [--modes clean,daemon] [--gil] [--plot PNG] [--keep]
+                               [--repeats 3] [--dedupe-mb 256] [--modes clean,daemon,independent] [--gil] [--plot PNG] [--keep]
 """
 
 from __future__ import annotations
@@ -104,6 +109,62 @@ def _clean(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int, workers:
     run["written"] = {s["partition"]: s["records_written"] for s in summaries}
     run["rounds"] = sum(s["rounds"] for s in summaries)
     return run
+
+
+def _shares(names: list[str], count: int) -> list[list[str]]:
+    """`names` (partition directories, largest first) dealt round robin into `count` shares."""
+    return [names[i::count] for i in range(count)]
+
+
+def _copy_shares(src: Path, dst: Path, count: int) -> float:
+    """The copy baseline of `independent` runs: `count` concurrent `cp -r` of the shares of `src`'s partitions,
+    each into its own log directory `dst/share-i`, then `sync`; wall seconds. At count 1 it is `_copy`'s work."""
+    names = sorted((p.name for p in src.iterdir() if p.is_dir()), key=lambda n: -_log_bytes_of(src / n))
+    t = time.perf_counter()
+    copies = []
+    for i, share in enumerate(_shares(names, count)):
+        (dst / f"share-{i}").mkdir(parents=True)
+        copies.append(subprocess.Popen(["cp", "-r", *(str(src / n) for n in share), str(dst / f"share-{i}")]))
+    if any(c.wait() for c in copies):
+        raise RuntimeError(f"a cp of a share of {src} failed")
+    subprocess.run(["sync"], check=True)
+    return time.perf_counter() - t
+
+
+def _log_bytes_of(partition: Path) -> int:
+    return sum(p.stat().st_size for p in partition.glob("*.log"))
+
+
+def _independent(run_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) -> dict:
+    """`threads` separate `logcleaner clean` processes at once, one thread each, each over one log directory of
+    `run_dir` (`_copy_shares`), each with its share of the dedupe buffer: what independent cleaners with
+    nothing in common but the machine do, the bound any sharing of one process can reach. Wall until the last
+    exits; CPU summed; peak RSS the largest."""
+    shares = sorted(run_dir.iterdir())
+    started = time.perf_counter()
+    procs = []
+    for share in shares:
+        out = tempfile.TemporaryFile()
+        procs.append((subprocess.Popen([
+            str(LOGCLEANER), "clean", str(share), "--json", "--now-ms", str(now_ms), "--set", "cleanup.policy=compact",
+            "--set", "log.cleaner.threads=1", "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes // threads}",
+        ], stdout=out, stderr=subprocess.STDOUT, cwd=BENCH.parent), out))
+    user = rss = 0.0
+    written, rounds = {}, 0
+    for proc, out in procs:
+        _, status, usage = os.wait4(proc.pid, 0)
+        user += usage.ru_utime + usage.ru_stime
+        rss = max(rss, usage.ru_maxrss / 1024)
+        out.seek(0)
+        text = out.read().decode()
+        out.close()
+        if os.waitstatus_to_exitcode(status):
+            raise RuntimeError(f"a clean of a share of {run_dir} failed:\n{text}")
+        for s in (json.loads(line) for line in text.splitlines() if line.startswith("{")):
+            written[s["partition"]] = s["records_written"]
+            rounds += s["rounds"]
+    return {"wall_s": time.perf_counter() - started, "user_s": user, "sys_s": 0.0, "peak_rss_mib": rss,
+            "written": written, "rounds": rounds}
 
 
 def _free_port() -> int:
@@ -208,10 +269,10 @@ def bench_workload(name: str, args) -> list[dict]:
               f"({manifest['records']:,} records and {manifest['segments']} segments each)", flush=True)
         counter = [0]
 
-        def fresh() -> tuple[Path, float]:
+        def fresh(shares: int = 0) -> tuple[Path, float]:
             counter[0] += 1
             run_dir = work / f"run{counter[0]}"
-            return run_dir, _copy(src, run_dir)
+            return run_dir, _copy_shares(src, run_dir, shares) if shares else _copy(src, run_dir)
 
         run_dir, _ = fresh()
         expected = _clean(run_dir, now_ms, 1, dedupe)["written"]  # warm-up, untimed
@@ -221,41 +282,47 @@ def bench_workload(name: str, args) -> list[dict]:
         _generate_workload(name, tiny, 1e-6, seed=1)
         fixed = statistics.median(_clean(tiny, now_ms, 1, dedupe)["wall_s"] for _ in range(3))
         print(f"  fixed cost (a clean of one tiny partition): {fixed:.2f} s", flush=True)
+        run_of = {"clean": _clean, "daemon": _daemon,
+                  "clean-threads": lambda *a: _clean(*a, workers="threads"),
+                  "daemon-threads": lambda *a: _daemon(*a, workers="threads"),
+                  "independent": _independent}
+        cases = [(mode, threads) for mode in args.modes for threads in args.threads]
+        runs: dict[tuple[str, int], list[dict]] = {case: [] for case in cases}
+        loads: dict[tuple[str, int], float] = {}  # the 1-minute load before a case's first run
+        # Interleaved: each repeat runs every case once, so the machine's drift falls on every case alike.
+        for repeat in range(args.repeats):
+            for mode, threads in cases:
+                if repeat == 0:
+                    loads[mode, threads] = os.getloadavg()[0]
+                run_dir, cp_s = fresh(threads if mode == "independent" else 0)
+                run = run_of[mode](run_dir, now_ms, threads, dedupe)
+                shutil.rmtree(run_dir)
+                if run["written"] != expected:
+                    raise RuntimeError(f"{mode} on {threads} threads kept other records: {run['written']} != {expected}")
+                run["cp_s"] = cp_s
+                runs[mode, threads].append(run)
+                print(f"  {mode} T={threads}: {run['wall_s']:.2f} s, CPU {run['user_s'] + run['sys_s']:.2f} s, "
+                      f"cp+sync {cp_s:.2f} s, {run['rounds']} rounds, RSS {run['peak_rss_mib']:.0f} MiB", flush=True)
         rows = []
-        for mode in args.modes:
-            run_one = {"clean": _clean, "daemon": _daemon,
-                       "clean-threads": lambda *a: _clean(*a, workers="threads"),
-                       "daemon-threads": lambda *a: _daemon(*a, workers="threads")}[mode]
-            for threads in args.threads:
-                runs = []
-                load = os.getloadavg()[0]
-                for _ in range(args.repeats):
-                    run_dir, cp_s = fresh()
-                    run = run_one(run_dir, now_ms, threads, dedupe)
-                    shutil.rmtree(run_dir)
-                    if run["written"] != expected:
-                        raise RuntimeError(f"{mode} on {threads} threads kept other records: {run['written']} != {expected}")
-                    run["cp_s"] = cp_s
-                    runs.append(run)
-                    print(f"  {mode} T={threads}: {run['wall_s']:.2f} s, CPU {run['user_s'] + run['sys_s']:.2f} s, "
-                          f"cp+sync {cp_s:.2f} s, {run['rounds']} rounds, RSS {run['peak_rss_mib']:.0f} MiB", flush=True)
-                gil = None
-                if args.gil and mode == "clean":
-                    run_dir, _ = fresh()
-                    gil = _gil_share(run_dir, now_ms, threads, dedupe)
-                    shutil.rmtree(run_dir)
-                    print(f"  {mode} T={threads}: GIL held {100 * gil:.0f}% of the wall time (py-spy --gil)", flush=True)
-                wall = statistics.median(r["wall_s"] for r in runs)
-                cp = statistics.median(r["cp_s"] for r in runs)
-                rows.append({
-                    "workload": name, "mode": mode, "threads": threads, "wall_s": wall,
-                    "mb_s": input_bytes / 1e6 / wall, "net_mb_s": input_bytes / 1e6 / max(wall - fixed, 1e-3),
-                    "load": load, "gil": gil,
-                    "cpu_pct": statistics.median(100 * (r["user_s"] + r["sys_s"]) / r["wall_s"] for r in runs),
-                    "cp_mb_s": input_bytes / 1e6 / cp,
-                    "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in runs),
-                    "walls": [round(r["wall_s"], 2) for r in runs],
-                })
+        for mode, threads in cases:
+            gil = None
+            if args.gil and mode == "clean":
+                run_dir, _ = fresh()
+                gil = _gil_share(run_dir, now_ms, threads, dedupe)
+                shutil.rmtree(run_dir)
+                print(f"  {mode} T={threads}: GIL held {100 * gil:.0f}% of the wall time (py-spy --gil)", flush=True)
+            mine = runs[mode, threads]
+            wall = statistics.median(r["wall_s"] for r in mine)
+            cp = statistics.median(r["cp_s"] for r in mine)
+            rows.append({
+                "workload": name, "mode": mode, "threads": threads, "wall_s": wall,
+                "mb_s": input_bytes / 1e6 / wall, "net_mb_s": input_bytes / 1e6 / max(wall - fixed, 1e-3),
+                "load": loads[mode, threads], "gil": gil,
+                "cpu_pct": statistics.median(100 * (r["user_s"] + r["sys_s"]) / r["wall_s"] for r in mine),
+                "cp_mb_s": input_bytes / 1e6 / cp,
+                "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in mine),
+                "walls": [round(r["wall_s"], 2) for r in mine],
+            })
         return rows
     finally:
         if not args.keep:
@@ -267,14 +334,15 @@ def report(rows: list[dict], args) -> None:
     print(f"Code: {_code_state()}; {os.cpu_count()} CPUs; Python {platform.python_version()}; "
           f"load average before {os.getloadavg()[0]:.2f}")
     print("\n| workload | mode | threads | wall s (median) | MB/s | x T=1 | MB/s less fixed cost | x T=1 | CPU % | GIL held "
-          "| cp+sync MB/s | clean/cp | peak RSS MiB | load before | runs (s) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          "| cp+sync MB/s | cp x T=1 | clean/cp | peak RSS MiB | load before | runs (s) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in rows:
         one = _one_thread(rows, row, args)
         gil = "-" if row["gil"] is None else f"{100 * row['gil']:.0f}%"
         print(f"| {row['workload']} | {row['mode']} | {row['threads']} | {row['wall_s']:.2f} | {row['mb_s']:,.0f} | "
               f"{row['mb_s'] / one['mb_s']:.2f} | {row['net_mb_s']:,.0f} | {row['net_mb_s'] / one['net_mb_s']:.2f} | "
-              f"{row['cpu_pct']:.0f} | {gil} | {row['cp_mb_s']:,.0f} | {row['mb_s'] / row['cp_mb_s']:.2f} | "
+              f"{row['cpu_pct']:.0f} | {gil} | {row['cp_mb_s']:,.0f} | {row['cp_mb_s'] / one['cp_mb_s']:.2f} | "
+              f"{row['mb_s'] / row['cp_mb_s']:.2f} | "
               f"{row['peak_rss_mib']:.0f} | {row['load']:.2f} | {', '.join(map(str, row['walls']))} |")
     if args.plot:
         _plot(rows, args)
@@ -296,7 +364,8 @@ def _plot(rows: list[dict], args) -> None:
     names = sorted({r["workload"] for r in rows})
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), squeeze=False)
     for ax, name in zip(axes[0], names):
-        for mode, style in (("clean", "o-"), ("clean-threads", "^-"), ("daemon", "s-"), ("daemon-threads", "v-")):
+        for mode, style in (("clean", "o-"), ("clean-threads", "^-"), ("daemon", "s-"), ("daemon-threads", "v-"),
+                            ("independent", "x--")):
             mine = [r for r in rows if r["workload"] == name and r["mode"] == mode]
             if not mine:
                 continue
@@ -332,7 +401,9 @@ def main() -> None:
     parser.add_argument("--modes", default="clean",
                         help="clean (`logcleaner clean LOGDIR`: threads past the first in worker processes), "
                              "daemon (`logcleaner run`), clean-threads and daemon-threads (the same with "
-                             "LOGCLEANER_WORKERS=threads)")
+                             "LOGCLEANER_WORKERS=threads), independent (T separate one-thread `clean` "
+                             "processes over T shares of the partitions, after T concurrent copies: the machine's "
+                             "own bound)")
     parser.add_argument("--gil", action="store_true", help="one more clean per row under py-spy --gil: GIL-held share")
     parser.add_argument("--plot", type=Path, help="a PNG of throughput against threads")
     args = parser.parse_args()

@@ -427,14 +427,24 @@ def clean_planned(
     ended, the outcomes finished but not yet reported are reported (in the plan's order; not after an `OSError`
     of `report`'s, such as a closed pipe) and the exception propagates.
     """
+    # threads past the cores would only wait for one (`launch.CORES`); each past the first cleans in a process
+    workers_wanted = min(cleaner.threads, len(plan), launch.cores())
+    # The first thread cleans in this process; each other one in a worker process of its own (`cleaner.workers`:
+    # no GIL shared with the others), started first, while this process has no other thread, as a fork of it,
+    # with its modules imported (a new interpreter would take 0.2-0.3 s to start: bench/RESULTS.md).
+    processes: list[WorkerProcess | None] = [None] * workers_wanted
+    if use_processes():
+        for k in range(1, workers_wanted):
+            try:
+                processes[k] = WorkerProcess(fork=True)
+            except OSError as exc:  # no process could start (a limit on processes): that thread cleans in here
+                log.warning("could not start a worker process, cleaning on a thread instead: %s", exc)
     stopping = threading.Event()
     remover = BackgroundRemover()  # the swaps' `.deleted` files, removed while the threads go on; drained at the end
     changed = threading.Condition()
     io_lock = threading.Lock()  # on_bytes and report: one at a time (a progress bar is not thread-safe)
     pending = collections.deque(largest_first(dirty_section_sizes(plan)))
     finished: dict[int, PartitionOutcome | None] = {}  # None: aborted
-    # threads past the cores would only wait for one (`launch.CORES`); each past the first cleans in a process
-    workers_wanted = min(cleaner.threads, len(plan), launch.cores())
 
     def check_abort() -> None:
         if stopping.is_set():
@@ -444,15 +454,6 @@ def clean_planned(
         with io_lock:
             on_bytes(n, direction)
 
-    # The first thread cleans in this process; each other one in a worker process of its own (`cleaner.workers`:
-    # no GIL shared with the others), started now, so that its start-up overlaps the first rounds.
-    processes: list[WorkerProcess | None] = [None] * workers_wanted
-    if use_processes():
-        for k in range(1, workers_wanted):
-            try:
-                processes[k] = WorkerProcess()
-            except OSError as exc:  # no process could start (a limit on processes): that thread cleans in here
-                log.warning("could not start a worker process, cleaning on a thread instead: %s", exc)
 
     def work(k: int) -> None:
         offset_map = None

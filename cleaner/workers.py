@@ -32,6 +32,7 @@ The protocol: pickled tuples over two pipes.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import os
@@ -42,6 +43,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
@@ -120,20 +122,101 @@ def recover_partition(directory: Path, config: LogConfig) -> str | None:
         return str(exc)
 
 
-class WorkerProcess:
-    """A worker process and the parent's end of its pipes. One job at a time, from one parent thread."""
+class _Forked:
+    """The parent's handle on a forked worker: what `WorkerProcess` uses of `subprocess.Popen`'s."""
 
-    def __init__(self) -> None:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped already: how it ended is not known
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.0005
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
+            time.sleep(delay)
+            delay = min(2 * delay, 0.05)
+        return code
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _fork_worker(in_fd: int, out_fd: int) -> _Forked:
+    """A worker forked from this single-threaded process: `serve(in_fd, out_fd)` in the child, with every module
+    this process imported already there (ready in milliseconds; a new interpreter's imports take 0.2-0.3 s,
+    bench/RESULTS.md). The child first closes every descriptor it inherited but its pipe ends and 0-2 (so a lock
+    this process holds ends when this process closes its file, not when the worker exits), reads and writes
+    nothing of this process's stdin and stdout (/dev/null), lets no object of this process's be collected (an
+    inherited file object's finaliser would close a descriptor number the child has reused), and ends with
+    `os._exit`: nothing of this process's is flushed, finalised or run at exit twice."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return _Forked(pid)
+    code = 1
+    try:
+        gc.freeze()
+        os.setpgid(0, 0)  # as `process_group=0` does for an exec'd worker
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        low = 3
+        for fd in sorted((in_fd, out_fd)):
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, os.sysconf("SC_OPEN_MAX"))  # `null` and this process's pipe ends too
+        serve(in_fd, out_fd)
+        code = 0
+    finally:
+        try:
+            if code:  # what an exec'd worker's interpreter would print (the parent sees the pipe close)
+                traceback.print_exc()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+class WorkerProcess:
+    """A worker process and the parent's end of its pipes. One job at a time, from one parent thread.
+
+    With `fork`, and this process single-threaded (`logcleaner clean` before its threads start), the worker is a
+    fork of this process (`_fork_worker`); else, and always in the daemon, whose threads make a fork unsafe, a
+    new interpreter running `python -m cleaner.workers`."""
+
+    def __init__(self, *, fork: bool = False) -> None:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        self.forked = fork and threading.active_count() == 1
         try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "cleaner.workers", str(to_child_r), str(from_child_w)],
-                pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                env=env, process_group=0,  # a terminal's Ctrl-C, a `kill -PGID`: the parent's to decide
-            )
+            self._proc: subprocess.Popen | _Forked
+            if self.forked:
+                self._proc = _fork_worker(to_child_r, from_child_w)
+            else:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "cleaner.workers", str(to_child_r), str(from_child_w)],
+                    pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    env=env, process_group=0,  # a terminal's Ctrl-C, a `kill -PGID`: the parent's to decide
+                )
         except BaseException:
             for fd in (to_child_w, from_child_r):
                 os.close(fd)

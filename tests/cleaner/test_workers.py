@@ -191,3 +191,66 @@ def test_a_worker_that_does_not_stop_at_an_abort_is_killed(worker):
     with pytest.raises(CleaningAbortedError, match="did not stop within"):
         worker.call(f"{JOBS}:spin_until_aborted", {"limit_s": HANG_GUARD_S}, check_abort=_abort_after(0.1))
     assert not worker.alive()
+
+
+# A fork is made only by a single-threaded process: this script is one (pytest's own process may not be).
+_FORKING_PARENT = """
+import fcntl, json, os, signal, sys, threading
+from cleaner.workers import WorkerDiedError, WorkerProcess
+
+ECHO = "tests.cleaner.worker_jobs:echo"
+cmdline = lambda pid: open(f"/proc/{pid}/cmdline", "rb").read()
+sys.stdout.write("written-before-the-fork;")  # stdout is a pipe: this stays in the buffer until flushed
+held = open(sys.argv[1], "w")
+fcntl.flock(held, fcntl.LOCK_EX)
+worker = WorkerProcess(fork=True)
+got = worker.call(ECHO, {"value": 7})  # the worker has started
+held.close()  # the parent's lock ends here, though the worker inherited its descriptor...
+again = open(sys.argv[1], "w")
+fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ...or this raises
+out = {"forked": worker.forked, "value": got["value"], "job_pid": got["pid"], "worker": worker.pid,
+       "parent": os.getpid(), "worker_pgid": os.getpgid(worker.pid), "same_cmdline": cmdline(worker.pid) == cmdline(os.getpid())}
+worker.close()
+out["exit"] = worker._proc.returncode
+killed = WorkerProcess(fork=True)
+os.kill(killed.pid, signal.SIGKILL)
+try:
+    killed.call(ECHO, {"value": 1})
+except WorkerDiedError as exc:
+    out["killed"] = str(exc)
+release = threading.Event()
+thread = threading.Thread(target=release.wait)
+thread.start()
+exec_d = WorkerProcess(fork=True)  # a thread runs: a new interpreter instead
+out["forked_beside_a_thread"] = exec_d.forked
+out["exec_d_cmdline"] = cmdline(exec_d.pid).split(b"\\0")[1:3] == [b"-m", b"cleaner.workers"]
+out["exec_d_value"] = exec_d.call(ECHO, {"value": 3})["value"]
+exec_d.close()
+release.set()
+thread.join()
+sys.stdout.write(json.dumps(out))
+"""
+
+
+def test_a_single_threaded_parent_forks_its_worker_which_keeps_none_of_its_files_or_output(tmp_path):
+    """`logcleaner clean` forks its workers before it starts a thread (ready at once, its modules imported): the
+    fork must serve jobs, die as an exec'd worker dies, hold no lock the parent closed, write nothing of the
+    parent's buffered output again, and be made only while the parent has no other thread."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-c", _FORKING_PARENT, str(tmp_path / "lock")], cwd=root,
+                         capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert run.returncode == 0, run.stderr
+    before, _, report = run.stdout.partition(";")
+    assert before == "written-before-the-fork" and "written-before-the-fork" not in report  # once, not twice
+    out = json.loads(report)
+    assert out["forked"] and out["same_cmdline"]
+    assert out["value"] == 7 and out["job_pid"] == out["worker"] != out["parent"]
+    assert out["worker_pgid"] == out["worker"]  # a process group of its own: a terminal's Ctrl-C is the parent's
+    assert out["exit"] == 0
+    assert "was ended by SIGKILL" in out["killed"]
+    assert not out["forked_beside_a_thread"] and out["exec_d_cmdline"] and out["exec_d_value"] == 3
