@@ -292,7 +292,8 @@ def clean_partition(
         mode: Mode = "reader" if dry_run else "cleaner"
         # one of the process's cores held over all of it (`launch.core`), the rounds included
         with launch.core(check_abort), PartitionLog.open(directory, mode=mode, config=config, file_ops=file_ops,
-                                                         remover=remover if mode == "cleaner" else None) as plog:
+                                                         remover=remover if mode == "cleaner" else None,
+                                                         check_abort=check_abort) as plog:
             if forced_from is not None and not plog.log_start_offset <= forced_from <= plog.log_end_offset:
                 raise LogStateError(f"{display_path(directory)}: --from-offset {forced_from} is outside the log "
                                     f"[{plog.log_start_offset}, {plog.log_end_offset}]")
@@ -489,9 +490,15 @@ def clean_planned(
                             once=once, on_bytes=counted, throttle=throttle_for(planned.directory.parent),
                             check_abort=check_abort, remover=remover,
                         )
-                except CleaningAbortedError:
+                except CleaningAbortedError as exc:
                     outcome = None
-                    if worker is not None and not worker.alive():  # killed, not stopping at the abort: its leftovers
+                    if worker is not None and not stopping.is_set():
+                        # not the command's abort: a SIGTERM or SIGINT sent to the worker alone ended its round,
+                        # which left the partition as it was; it fails, and a new worker takes the next one
+                        outcome = PartitionOutcome(str(planned.directory), policy=planned.policy,
+                                                   error=f"{display_path(planned.directory)}: {exc}; the partition "
+                                                         "was left as it was")
+                    elif worker is not None and not worker.alive():  # killed, not stopping at the abort: its leftovers
                         _recover(planned)
                 except WorkerDiedError as exc:  # a signal, the OOM killer: this partition fails, a new worker goes on
                     unrecovered = _recover(planned)

@@ -376,7 +376,8 @@ def round_and_retention(
     retention's (None: none, or it failed: logged, the next pass retries). Raises what the round raises."""
     # one of the process's cores held over the partition's work, its round included (`launch.core`)
     with launch.core(check_abort), PartitionLog.open(directory, mode="cleaner", config=topic.log_config(),
-                                                     lock_timeout_s=_LOCK_WAIT_S, remover=remover) as plog:
+                                                     lock_timeout_s=_LOCK_WAIT_S, remover=remover,
+                                                     check_abort=check_abort) as plog:
         result = launch.launch_round(plog, topic, cleaner, offset_map, throttle, clock_ms, ring=ring,
                                      survey_memo=survey_memo, check_abort=check_abort, on_bytes=on_bytes,
                                      force_recopy=force_recopy)

@@ -17,7 +17,9 @@ The protocol: pickled tuples over two pipes.
   answer, and a refusal (the parent is stopping) aborts its round; while the budget is unlimited it only tells
   (`("charge", n_bytes)`, counted by the budget for /status and the metrics, ~0.1 ms a round trip saved per
   window) until the parent says `("wait",)`: a budget set meanwhile (SIGHUP) applies from the next window; `("bytes", n, direction)` for the caller's progress; `("log", record)`;
-  `("result", value)`; `("raise", exception)`.
+  `("result", value)`; `("raise", exception)`; `("ending", signal name)`: a SIGTERM or SIGINT of the worker's
+  own (not the parent's abort) ends it after its job, which aborts: the parent then waits for it to exit, so the
+  next partition goes to a new worker, and the aborted partition is not taken for the parent's own abort.
 * The parent's abort check runs while it waits; when it raises, the worker is told, and its round stops at its
   next window boundary (removing its `.cleaned` files) with `CleaningAbortedError`, re-raised in the parent.
 * A worker runs in a process group of its own, so a terminal's Ctrl-C or a `kill -TERM -PGID` reaches only the
@@ -32,6 +34,7 @@ The protocol: pickled tuples over two pipes.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import logging
@@ -75,6 +78,7 @@ _POLL_S = 0.05  # the parent checks its abort this often while it waits on a wor
 _GRANT_WAIT_S = 0.1  # a worker waiting for the budget checks its own abort this often
 _EXIT_WAIT_S = 600.0  # a worker removing its old segments at exit: bounded, then killed
 _ABORT_WAIT_S = 10.0  # a worker told to abort stops at its next window boundary; one that does not is killed
+_RECOVER_LOCK_WAIT_S = 1.0  # recovery after a worker's death: its own locks are gone, another's is not waited out
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding cleaner/, for the worker's imports
 
 
@@ -114,9 +118,11 @@ def recover_partition(directory: Path, config: LogConfig) -> str | None:
     """After a worker died (or was killed) cleaning `directory`: open it as its cleaner does, with its topic's
     `config`, which finishes or undoes what the worker left (a swap's renames, an unfinished round's `.cleaned`
     files), and close it; the partition is then as the round found it, or as the swap made it. None, or why it
-    could not be opened (the next open recovers it then)."""
+    could not be opened (the next open recovers it then). It waits at most `_RECOVER_LOCK_WAIT_S` for the
+    partition's lock: a dead worker's locks ended with it, so a lock still held is another process's (the worker
+    was waiting for it), which left nothing of the worker's to recover."""
     try:
-        with PartitionLog.open(directory, mode="cleaner", config=config):
+        with PartitionLog.open(directory, mode="cleaner", config=config, lock_timeout_s=_RECOVER_LOCK_WAIT_S):
             return None
     except (SegmentError, OSError) as exc:
         return str(exc)
@@ -166,13 +172,21 @@ def _fork_worker(in_fd: int, out_fd: int) -> _Forked:
     nothing of this process's stdin and stdout (/dev/null), lets no object of this process's be collected (an
     inherited file object's finaliser would close a descriptor number the child has reused), and ends with
     `os._exit`: nothing of this process's is flushed, finalised or run at exit twice."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # None when the descriptor was closed at start
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):  # the parent meets the error at its own next write
+                stream.flush()
+    stopping_signals = {signal.SIGTERM, signal.SIGINT}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, stopping_signals)  # none runs the parent's handler in the child
     pid = os.fork()
     if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return _Forked(pid)
     code = 1
     try:
+        for signum in stopping_signals:  # as a new interpreter's, until `serve` sets the worker's
+            signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         gc.freeze()
         os.setpgid(0, 0)  # as `process_group=0` does for an exec'd worker
         null = os.open(os.devnull, os.O_RDWR)
@@ -187,9 +201,9 @@ def _fork_worker(in_fd: int, out_fd: int) -> _Forked:
         code = 0
     finally:
         try:
-            if code:  # what an exec'd worker's interpreter would print (the parent sees the pipe close)
+            if code and sys.stderr is not None:  # what an exec'd worker's interpreter would print
                 traceback.print_exc()
-            sys.stderr.flush()
+                sys.stderr.flush()
         finally:
             os._exit(code)
 
@@ -231,9 +245,37 @@ class WorkerProcess:
         # how long an aborted job may take to stop before the worker is killed (a caller stopping within a
         # deadline of its own, the daemon's `shutdown_timeout_s`, makes it shorter)
         self.abort_wait_s = _ABORT_WAIT_S
+        self.ended_by: str | None = None  # the signal of the worker's own that ends it ("ending")
 
     def alive(self) -> bool:
-        return self._proc.poll() is None and not self._in.closed
+        """Whether the worker can take a job: running, and not ending (a signal it got between jobs)."""
+        if self._in.closed:
+            return False
+        try:
+            while self.ended_by is None and self._in.poll():  # between jobs only "ending" (and its log) comes
+                self._between_jobs(self._in.recv())
+        except (EOFError, OSError):
+            self._close_pipes()
+            return False
+        if self.ended_by is not None:
+            self._await_exit()
+            return False
+        return self._proc.poll() is None
+
+    def _between_jobs(self, message: tuple) -> None:
+        if message[0] == "ending":
+            self.ended_by = message[1]
+        elif message[0] == "log":
+            _emit(message[1])
+
+    def _await_exit(self) -> None:
+        """A worker that said it is ending: wait for it to exit (killed past `abort_wait_s`), then close its pipes."""
+        try:
+            self._proc.wait(timeout=self.abort_wait_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._close_pipes()
 
     def _died(self) -> WorkerDiedError:
         try:
@@ -299,6 +341,10 @@ class WorkerProcess:
                 ready = self._in.poll(_POLL_S)
                 message = self._in.recv() if ready else None
             except (EOFError, OSError):
+                if self.ended_by is not None:  # it ended before it took the job
+                    self._close_pipes()
+                    raise WorkerDiedError(f"the worker process {self.pid} was sent {self.ended_by} and ended before "
+                                          "it took the job") from None
                 raise self._died() from None
             if message is None:
                 if abort_requested():
@@ -321,11 +367,17 @@ class WorkerProcess:
             elif kind == "acquire":
                 self._send(("granted", message[1], charge(message[2])))
             elif kind == "result":
+                if self.ended_by is not None:
+                    self._await_exit()
                 return message[1]
             elif kind == "raise":
+                if self.ended_by is not None:
+                    self._await_exit()
                 raise message[1].exception()
             elif kind == "log":
                 _emit(message[1])
+            elif kind == "ending":
+                self.ended_by = message[1]
 
     def close(self, timeout_s: float | None = None, *, stopping: bool = False) -> None:
         """Ask the worker to finish (it removes its swaps' old segments first) and wait for it; kill it after
@@ -452,7 +504,8 @@ class _Worker:
         self._job = 0  # the job running
         self._aborted_job = -1
         self._parent_gone = False
-        self._terminated = False
+        self._terminated: int | None = None  # the signal that ends the worker, once one came
+        self._announced = False  # the parent was told ("ending")
         self.waits = False  # the job's budget is limited: ask before each read and write, and wait for the answer
 
     def send(self, message: tuple) -> None:
@@ -461,15 +514,19 @@ class _Worker:
 
     def check_abort(self) -> None:
         with self._lock:
-            stop = self._parent_gone or self._terminated or self._aborted_job == self._job
+            stop = self._parent_gone or self._aborted_job == self._job
+        if self._terminated is not None:
+            raise CleaningAbortedError(f"cleaning aborted: the worker process {os.getpid()} was sent "
+                                       f"{signal.Signals(self._terminated).name}")
         if stop:
             raise CleaningAbortedError("cleaning aborted: logcleaner is stopping")
 
     def terminate(self, signum, frame) -> None:
-        """SIGTERM (systemd stopping the unit's whole cgroup, say): the running job aborts at its next window
-        boundary, as the parent's abort would, and the worker exits after it. A signal handler takes no lock
-        (it may run while this thread holds one): it sets the flag, which the loops read."""
-        self._terminated = True
+        """SIGTERM or SIGINT of its own (systemd stopping the unit's whole cgroup, an operator's `kill`): the
+        running job aborts at its next window boundary, as at the parent's abort, and the worker says so and exits
+        after it. A signal handler takes no lock (it may run while this thread holds one): it sets the field,
+        which the loops read."""
+        self._terminated = signum
 
     def ask_budget(self, n_bytes: int, check_abort: Callable[[], None] | None) -> bool:
         request = next(self._requests)
@@ -513,7 +570,7 @@ class _Worker:
 
     def _next_call(self) -> tuple | None:
         """The next job, or None once the parent says exit, goes, or SIGTERM came."""
-        while not self._terminated:
+        while self._terminated is None:
             try:
                 return self._calls.get(timeout=_GRANT_WAIT_S)
             except queue.Empty:
@@ -542,13 +599,24 @@ class _Worker:
                 else:
                     reply = ("result", value)
                 try:
+                    if self._terminated is not None:  # before the reply: the parent waits for this process's end
+                        self._announce_end()
                     self.send(reply)
                 except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
                     if self._parent_gone:
                         break
                     self.send(("raise", WorkerDiedError(f"the worker could not send its result back: {exc}")))
+            if self._terminated is not None and not self._parent_gone:  # between jobs
+                with contextlib.suppress(OSError):
+                    self._announce_end()
         finally:
             remover.drain()
+
+    def _announce_end(self) -> None:
+        """Tell the parent, once, that a signal of this process's own ends it (`WorkerProcess.ended_by`)."""
+        if not self._announced and self._terminated is not None:
+            self._announced = True
+            self.send(("ending", signal.Signals(self._terminated).name))
 
 
 def _rebuilt(cls: type[BaseException], args: tuple, state: dict) -> BaseException:
@@ -596,6 +664,7 @@ def serve(in_fd: int, out_fd: int) -> None:
     tune_allocator()
     worker = _Worker(Connection(in_fd, writable=False), Connection(out_fd, readable=False))
     signal.signal(signal.SIGTERM, worker.terminate)
+    signal.signal(signal.SIGINT, worker.terminate)  # sent to it alone: a terminal's Ctrl-C reaches only the parent
     root = logging.getLogger()
     root.handlers[:] = [_PipeHandler(worker)]
     logging.raiseExceptions = False  # a record that cannot reach a parent gone is dropped, not printed

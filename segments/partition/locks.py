@@ -23,6 +23,7 @@ import os
 import stat
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..codec.errors import LockTimeoutError, LogDirOwnedError, LogStateError
@@ -63,7 +64,9 @@ class PartitionLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self, timeout_s: float | None = None) -> "PartitionLock":
+    def acquire(self, timeout_s: float | None = None, check_abort: Callable[[], None] | None = None) -> "PartitionLock":
+        """Take the lock, waiting up to `timeout_s` (None: for ever; 0: not at all). While it waits, `check_abort()`
+        is called between tries: what it raises ends the wait (a cleaner stopping does not wait out the timeout)."""
         assert self._fd is None, f"{self.path} is already held by this object"
         if self.create:
             fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)  # a lock file that is a link is refused
@@ -91,6 +94,8 @@ class PartitionLock:
                                 f"{self.path}: lock is held by another process or thread "
                                 f"(waited {timeout_s:.3f} s)"
                             ) from None
+                        if check_abort is not None:
+                            check_abort()
                         time.sleep(min(delay, remaining))
                         delay = min(delay * 2, _POLL_INTERVAL_S_MAX)
         except BaseException:

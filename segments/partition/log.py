@@ -247,10 +247,12 @@ class PartitionLog:
         create: bool = False,
         lock_timeout_s: float = _LOCK_TIMEOUT_S_DEFAULT,
         remover: BackgroundRemover | None = None,
+        check_abort: Callable[[], None] | None = None,
     ) -> "PartitionLog":
         """Open (with `create`, make) the partition directory and recover it as far as `mode` allows.
 
         With `remover`, the files a swap leaves as `.deleted` are removed on its thread, not in the swap.
+        `check_abort()` is called while the open waits for a busy lock; what it raises ends the wait.
 
         Raises `LockTimeoutError` if another writer (mode "writer") or cleaner (mode "cleaner") has it,
         `CorruptRecordError` for corruption that is not a torn tail (nothing is changed then).
@@ -268,13 +270,13 @@ class PartitionLog:
         self._lock_timeout_s = lock_timeout_s
         self.remover = remover
         try:
-            self._open()
+            self._open(check_abort)
         except BaseException:
             self.close()
             raise
         return self
 
-    def _open(self) -> None:
+    def _open(self, check_abort: Callable[[], None] | None = None) -> None:
         if self.mode != "reader":
             # No file of a log dir a running Kafka broker owns is changed (segments.partition.locks: the log dir's .lock)
             self._log_dir_lock = LogDirLock(self.directory.parent).acquire()
@@ -286,14 +288,15 @@ class PartitionLog:
                 self._owner_lock = None
                 raise LockTimeoutError(f"{self.directory}: another writer has this partition open") from None
         elif self.mode == "cleaner":
-            self._owner_lock = PartitionLock(self.directory, CLEANER_LOCK).acquire(timeout_s=self._lock_timeout_s)
+            self._owner_lock = PartitionLock(self.directory, CLEANER_LOCK).acquire(timeout_s=self._lock_timeout_s,
+                                                                                   check_abort=check_abort)
         if self.mode == "reader":
             with self._listing_lock():
                 self._list_segments()
                 self._load_log_start_offset()
                 self._check_indexes(rebuild_files=False)
             return
-        with PartitionLock(self.directory, SWAP_LOCK).acquire(timeout_s=self._lock_timeout_s):
+        with PartitionLock(self.directory, SWAP_LOCK).acquire(timeout_s=self._lock_timeout_s, check_abort=check_abort):
             self._recover_leftovers()
             remove_stale_checkpoint_temps(self.directory.parent, file_ops=self.file_ops)
             for name in (LEADER_EPOCH_CHECKPOINT, GENERATIONS_FILE):

@@ -319,6 +319,77 @@ def test_a_worker_process_killed_mid_round_fails_its_partition_and_the_others_fi
     assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap", ".deleted"))]
 
 
+@pytest.mark.skipif(launch.cores() < 2, reason="a worker process is used only with two cores")
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_worker_alone_fails_its_partition_and_a_new_worker_takes_the_next(tmp_path, signame):
+    """`kill WORKER` (not the command): the partition it was cleaning is reported failed, naming the signal, and
+    left as it was; no other partition is blamed for it; a new worker takes the next one; exit 1."""
+    logs = tmp_path / "logs"
+    for name, records in (("a-0", 20_000), ("b-0", 20_000), ("c-0", 2_000), ("d-0", 2_000)):
+        generate_partition(logs / name, WorkloadSpec(records=records, keys=300, segment_bytes=256 * 1024))
+    child = _start_slow_clean(logs, "--json", bytes_per_second=2_000_000)
+    with _reaped(child):
+        held = _wait_for_two_rounds(child, logs)
+        (victim_partition, worker), = [(name, pid) for name, pid in held.items() if pid != child.pid]
+        before = {p.name: p.read_bytes() for p in (logs / victim_partition).glob("*.log")}
+        os.kill(worker, getattr(signal, signame))
+        out, err = child.communicate(timeout=600)
+    assert child.returncode == 1, err
+    assert "Traceback" not in err
+    summaries = {s["partition"]: s for s in _summaries(out)}
+    assert sorted(summaries) == ["a-0", "b-0", "c-0", "d-0"]
+    failed = summaries.pop(victim_partition)
+    assert failed["status"] == "failed"
+    assert f"the worker process {worker} was sent {signame}; the partition was left as it was" in failed["error"]
+    assert all(s["status"] == "ok" for s in summaries.values()), summaries
+    assert {p.name: p.read_bytes() for p in (logs / victim_partition).glob("*.log")} == before
+    assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap", ".deleted"))]
+
+
+@pytest.mark.skipif(launch.cores() < 2, reason="a worker process is used only with two cores")
+def test_threads_clean_with_stdout_closed_as_one_thread_does(tmp_path):
+    """`logcleaner clean ... >&-`: Python has no sys.stdout then; the fork of a worker must not need one."""
+    logs = tmp_path / "logs"
+    for name in ("a-0", "b-0"):
+        generate_partition(logs / name, SPEC)
+    command = (f'exec "{sys.executable}" -m cleaner.cli clean --set cleanup.policy=compact --now-ms {NOW} '
+               f'--set log.cleaner.threads=2 "{logs}" >&-')
+    run = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    assert set(read_offset_checkpoint(logs / CLEANER_OFFSET_CHECKPOINT)) == {("a", 0), ("b", 0)}  # both cleaned
+
+
+@pytest.mark.skipif(launch.cores() < 2, reason="a worker process is used only with two cores")
+def test_ctrl_c_while_a_worker_waits_for_a_busy_partition_ends_its_wait(tmp_path):
+    """The worker waits for a partition another clean holds: Ctrl-C ends that wait at once (it is neither waited
+    out to the lock's timeout nor killed), and the recovery after it does not wait for the busy lock either."""
+    logs = tmp_path / "logs"
+    for name in ("a-0", "b-0"):
+        generate_partition(logs / name, WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
+    holder = _start_slow_clean(logs / "b-0")  # holds b-0 for minutes
+    with _reaped(holder):
+        deadline = time.monotonic() + HANG_GUARD_S
+        while "b-0" not in _cleaner_lock_holders(logs):
+            assert holder.poll() is None, holder.communicate()
+            assert time.monotonic() < deadline, "the first clean never took b-0"
+            time.sleep(0.02)
+        child = _start_slow_clean(logs, new_session=True)  # a-0 on one thread, b-0 on the other, which waits
+        with _reaped(child):
+            deadline = time.monotonic() + HANG_GUARD_S
+            while _cleaner_lock_holders(logs).get("a-0") not in (child.pid, *_children(child.pid)):
+                assert child.poll() is None, child.communicate()
+                assert time.monotonic() < deadline, "the second clean never took a-0"
+                time.sleep(0.02)
+            time.sleep(0.5)  # its worker is in b-0's lock wait by now
+            os.killpg(child.pid, signal.SIGINT)
+            out, err = child.communicate(timeout=HANG_GUARD_S)
+        assert child.returncode == 1 and "Aborted!" in err, err
+        assert "did not stop within" not in err and "waited 30" not in err and "Traceback" not in err, err
+        holder.send_signal(signal.SIGTERM)
+        holder.communicate(timeout=HANG_GUARD_S)
+
+
 def test_clean_returns_once_the_swaps_deleted_files_are_gone(tmp_path, monkeypatch):
     """The remover thread is slow here: `clean` still returns only after it removed every `.deleted` file."""
     from segments.files import fileio

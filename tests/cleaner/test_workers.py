@@ -166,17 +166,34 @@ def test_a_workers_log_records_are_logged_by_the_parent_as_the_calling_threads(w
     assert records[0].process == worker.pid
 
 
-def test_a_sigterm_to_the_worker_aborts_its_job_and_ends_it(worker):
-    """systemd stopping the unit's cgroup signals every process: the worker's job aborts as at the parent's
-    abort, and the worker exits."""
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_worker_alone_aborts_its_job_ends_it_and_says_so(worker, signame, capfd):
+    """systemd stopping the unit's cgroup, an operator's `kill`: the worker's job aborts as at the parent's abort,
+    naming the signal, without a traceback; the worker exits, and the parent knows it at once (so the next job
+    goes to a new worker, not to one that is ending)."""
     import os
     import signal
     import threading
 
-    threading.Timer(0.5, os.kill, (worker.pid, signal.SIGTERM)).start()
-    with pytest.raises(CleaningAbortedError):
+    threading.Timer(0.5, os.kill, (worker.pid, getattr(signal, signame))).start()
+    with pytest.raises(CleaningAbortedError, match=f"the worker process {worker.pid} was sent {signame}"):
         worker.call(f"{JOBS}:spin_until_aborted", {"limit_s": HANG_GUARD_S})
-    assert worker._proc.wait(timeout=HANG_GUARD_S) == 0
+    assert worker.ended_by == signame and not worker.alive()
+    assert worker._proc.returncode == 0
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_worker_signalled_between_jobs_is_known_to_be_ending(worker):
+    import os
+    import signal
+
+    assert worker.call(f"{JOBS}:echo", {"value": 1})["value"] == 1
+    os.kill(worker.pid, signal.SIGTERM)
+    deadline = time.monotonic() + HANG_GUARD_S
+    while worker.alive():
+        assert time.monotonic() < deadline, "the parent never saw the worker end"
+        time.sleep(0.01)
+    assert worker.ended_by == "SIGTERM"
 
 
 def test_a_worker_that_does_not_stop_at_an_abort_is_killed(worker):
