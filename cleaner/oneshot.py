@@ -57,7 +57,14 @@ from .round import CleaningAbortedError, RoundResult
 from .settings import CleanerSettings, Settings
 from .survey import WINDOW_BYTES, SurveyMemo
 from .throttle import Throttle
-from .workers import WorkerContext, WorkerDiedError, WorkerProcess, recover_partition, use_processes
+from .workers import (
+    WorkerContext,
+    WorkerDiedError,
+    WorkerProcess,
+    recover_partition,
+    suspended_together,
+    use_processes,
+)
 
 __all__ = [
     "CleanRefusedError", "PartitionOutcome", "PlannedPartition", "clean_partition", "clean_planned",
@@ -527,17 +534,18 @@ def clean_planned(
         worker.start()
     reported = 0
     try:
-        while reported < len(plan):
-            with changed:
-                while reported not in finished:
-                    if not any(worker.is_alive() for worker in workers):
-                        raise RuntimeError(f"{plan[reported].directory}: no cleaner thread is left to clean it")
-                    changed.wait(0.5)  # a signal's exception is raised here too
-                outcome = finished[reported]
-            reported += 1
-            if outcome is not None:
-                with io_lock:
-                    report(outcome)
+        with suspended_together(lambda: processes):  # a terminal's Ctrl-Z stops the workers with the command
+            while reported < len(plan):
+                with changed:
+                    while reported not in finished:
+                        if not any(worker.is_alive() for worker in workers):
+                            raise RuntimeError(f"{plan[reported].directory}: no cleaner thread is left to clean it")
+                        changed.wait(0.5)  # a signal's exception is raised here too
+                    outcome = finished[reported]
+                reported += 1
+                if outcome is not None:
+                    with io_lock:
+                        report(outcome)
     except BaseException as exc:
         stopping.set()
         for worker in workers:

@@ -47,7 +47,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import import_module
 from multiprocessing.connection import Connection
@@ -393,6 +393,12 @@ class WorkerProcess:
             self._proc.wait()
         self._close_pipes()
 
+    def send_signal(self, signum: int) -> None:
+        """Signal the worker unless it is known to have ended (safe from a signal handler: nothing is waited for)."""
+        if self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
     def kill(self) -> None:
         if self._proc.poll() is None:
             self._proc.kill()
@@ -403,6 +409,33 @@ class WorkerProcess:
         for conn in (self._out, self._in):
             if not conn.closed:
                 conn.close()
+
+
+@contextlib.contextmanager
+def suspended_together(workers: Callable[[], list[WorkerProcess | None]]) -> Iterator[None]:
+    """While the block runs: a terminal's Ctrl-Z (SIGTSTP, sent to the foreground process group, which holds this
+    process but not its workers, each in a group of its own) stops the `workers()` too, and `fg` or `bg`
+    (SIGCONT to this process) continues them, so the job is suspended as a whole: no round goes on in a
+    worker meanwhile. Only in the main thread (where handlers run), and where SIGTSTP exists."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTSTP"):
+        yield
+        return
+
+    def on_stop(signum, frame) -> None:
+        running = [w for w in workers() if w is not None]
+        for w in running:
+            w.send_signal(signal.SIGSTOP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # this process stops here, until a SIGCONT
+        signal.signal(signal.SIGTSTP, on_stop)
+        for w in running:
+            w.send_signal(signal.SIGCONT)
+
+    previous = signal.signal(signal.SIGTSTP, on_stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTSTP, previous)
 
 
 def _emit(record: logging.LogRecord) -> None:

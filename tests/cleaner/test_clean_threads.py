@@ -71,12 +71,14 @@ def _cleaner_lock_holders(logs: Path) -> dict[str, int]:
 
 
 def _start_slow_clean(logs: Path, *extra: str, bytes_per_second: int = 100_000,
-                      new_session: bool = False) -> subprocess.Popen:
+                      new_session: bool = False, job: bool = False) -> subprocess.Popen:
     """`logcleaner clean LOGDIR` on two threads under a small I/O budget (100 kB/s: minutes of work for the
-    tests' partitions, so only what the test does ends it early)."""
+    tests' partitions, so only what the test does ends it early). `job`: in a process group of its own in this
+    session, as a shell's job (a new session's group would be orphaned: the kernel ignores a Ctrl-Z there)."""
     args = ["clean", "--set", "cleanup.policy=compact", "--set", "log.cleaner.threads=2", "--now-ms", str(NOW),
             "--set", f"log.cleaner.io.max.bytes.per.second={bytes_per_second}", *extra, str(logs)]
     return subprocess.Popen([sys.executable, "-m", "cleaner.cli", *args], cwd=ROOT, start_new_session=new_session,
+                            process_group=0 if job else None,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -344,6 +346,34 @@ def test_a_signal_to_the_worker_alone_fails_its_partition_and_a_new_worker_takes
     assert all(s["status"] == "ok" for s in summaries.values()), summaries
     assert {p.name: p.read_bytes() for p in (logs / victim_partition).glob("*.log")} == before
     assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap", ".deleted"))]
+
+
+def _wait_for_state(pid: int, states: str) -> None:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while (found := _state_and_parent(pid)) is None or found[0] not in states:
+        assert time.monotonic() < deadline, f"process {pid} never reached state {states}: {found}"
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(launch.cores() < 2, reason="a worker process is used only with two cores")
+def test_ctrl_z_stops_the_workers_with_the_command_and_fg_continues_them(tmp_path):
+    """A terminal's Ctrl-Z reaches the command's process group, not its workers' own groups: the command stops
+    its workers too, and continues them when it is continued; the clean then finishes as usual."""
+    logs = tmp_path / "logs"
+    for name in ("a-0", "b-0"):
+        generate_partition(logs / name, WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
+    child = _start_slow_clean(logs, "--json", bytes_per_second=2_000_000, job=True)
+    with _reaped(child):
+        held = _wait_for_two_rounds(child, logs)
+        (worker,) = set(held.values()) - {child.pid}
+        os.killpg(child.pid, signal.SIGTSTP)
+        _wait_for_state(child.pid, "T")
+        _wait_for_state(worker, "T")
+        os.killpg(child.pid, signal.SIGCONT)
+        _wait_for_state(worker, "RSD")
+        out, err = child.communicate(timeout=600)
+    assert child.returncode == 0, err
+    assert [s["status"] for s in _summaries(out)] == ["ok", "ok"]
 
 
 @pytest.mark.skipif(launch.cores() < 2, reason="a worker process is used only with two cores")
