@@ -139,8 +139,8 @@ class _Forked:
         if self.returncode is None:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped already: how it ended is not known
-                self.returncode = -signal.SIGKILL
+            except ChildProcessError:  # reaped by someone else: taken as exit 0, as `subprocess.Popen` takes it
+                self.returncode = 0
                 return self.returncode
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
