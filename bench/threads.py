@@ -77,8 +77,9 @@ GIL_RATE_HZ = 100
 KAFKA_ONE_THREAD_MB_S = {"W1": 440 * 1.048576, "W2": 0.72 * 122.4, "W3": 239 * 1.048576}
 
 
-def _log_bytes(log_dir: Path) -> int:
-    return sum(p.stat().st_size for p in log_dir.glob("*/*.log"))
+def _log_bytes(directory: Path, pattern: str = "*/*.log") -> int:
+    """The `.log` bytes of a log directory's partitions (or, with pattern `*.log`, of one partition)."""
+    return sum(p.stat().st_size for p in directory.glob(pattern))
 
 
 def _generate(name: str, log_dir: Path, partitions: int, scale: float) -> tuple[int, dict]:
@@ -96,18 +97,25 @@ def _generate(name: str, log_dir: Path, partitions: int, scale: float) -> tuple[
     return now_ms, first
 
 
-def _clean(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int, workers: str = "processes") -> dict:
-    run = _run_measured([
-        str(LOGCLEANER), "clean", str(log_dir), "--json", "--now-ms", str(now_ms), "--set", "cleanup.policy=compact",
-        "--set", f"log.cleaner.threads={threads}", "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}",
-    ], env={**os.environ, "LOGCLEANER_WORKERS": workers})
-    if run["rc"]:
-        raise RuntimeError(f"clean of {log_dir} failed (exit {run['rc']}):\n{run['stderr']}\n{run['stdout']}")
-    summaries = [json.loads(line) for line in run["stdout"].splitlines() if line.startswith("{")]
+def _clean_args(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) -> list[str]:
+    return [str(LOGCLEANER), "clean", str(log_dir), "--json", "--now-ms", str(now_ms), "--set", "cleanup.policy=compact",
+            "--set", f"log.cleaner.threads={threads}", "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}"]
+
+
+def _outcomes(log_dir: Path, stdout: str) -> tuple[dict[str, int], int]:
+    """Records written per partition, and rounds, from a clean's `--json` lines; raises unless every one is ok."""
+    summaries = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if any(s["status"] != "ok" for s in summaries):
         raise RuntimeError(f"clean of {log_dir}: {summaries}")
-    run["written"] = {s["partition"]: s["records_written"] for s in summaries}
-    run["rounds"] = sum(s["rounds"] for s in summaries)
+    return {s["partition"]: s["records_written"] for s in summaries}, sum(s["rounds"] for s in summaries)
+
+
+def _clean(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int, workers: str = "processes") -> dict:
+    run = _run_measured(_clean_args(log_dir, now_ms, threads, dedupe_bytes),
+                        env={**os.environ, "LOGCLEANER_WORKERS": workers})
+    if run["rc"]:
+        raise RuntimeError(f"clean of {log_dir} failed (exit {run['rc']}):\n{run['stderr']}\n{run['stdout']}")
+    run["written"], run["rounds"] = _outcomes(log_dir, run["stdout"])
     return run
 
 
@@ -119,7 +127,7 @@ def _shares(names: list[str], count: int) -> list[list[str]]:
 def _copy_shares(src: Path, dst: Path, count: int) -> float:
     """The copy baseline of `independent` runs: `count` concurrent `cp -r` of the shares of `src`'s partitions,
     each into its own log directory `dst/share-i`, then `sync`; wall seconds. At count 1 it is `_copy`'s work."""
-    names = sorted((p.name for p in src.iterdir() if p.is_dir()), key=lambda n: -_log_bytes_of(src / n))
+    names = sorted((p.name for p in src.iterdir() if p.is_dir()), key=lambda n: -_log_bytes(src / n, "*.log"))
     t = time.perf_counter()
     copies = []
     for i, share in enumerate(_shares(names, count)):
@@ -129,10 +137,6 @@ def _copy_shares(src: Path, dst: Path, count: int) -> float:
         raise RuntimeError(f"a cp of a share of {src} failed")
     subprocess.run(["sync"], check=True)
     return time.perf_counter() - t
-
-
-def _log_bytes_of(partition: Path) -> int:
-    return sum(p.stat().st_size for p in partition.glob("*.log"))
 
 
 def _independent(run_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) -> dict:
@@ -145,10 +149,8 @@ def _independent(run_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) ->
     procs = []
     for share in shares:
         out = tempfile.TemporaryFile()
-        procs.append((subprocess.Popen([
-            str(LOGCLEANER), "clean", str(share), "--json", "--now-ms", str(now_ms), "--set", "cleanup.policy=compact",
-            "--set", "log.cleaner.threads=1", "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes // threads}",
-        ], stdout=out, stderr=subprocess.STDOUT, cwd=BENCH.parent), out))
+        procs.append((subprocess.Popen(_clean_args(share, now_ms, 1, dedupe_bytes // threads), stdout=out,
+                                       stderr=subprocess.STDOUT, cwd=BENCH.parent), out))
     user = rss = 0.0
     written, rounds = {}, 0
     for proc, out in procs:
@@ -160,9 +162,9 @@ def _independent(run_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) ->
         out.close()
         if os.waitstatus_to_exitcode(status):
             raise RuntimeError(f"a clean of a share of {run_dir} failed:\n{text}")
-        for s in (json.loads(line) for line in text.splitlines() if line.startswith("{")):
-            written[s["partition"]] = s["records_written"]
-            rounds += s["rounds"]
+        share_written, share_rounds = _outcomes(run_dir, text)
+        written.update(share_written)
+        rounds += share_rounds
     return {"wall_s": time.perf_counter() - started, "user_s": user, "sys_s": 0.0, "peak_rss_mib": rss,
             "written": written, "rounds": rounds}
 
@@ -247,9 +249,7 @@ def _gil_share(log_dir: Path, now_ms: int, threads: int, dedupe_bytes: int) -> f
     (`py-spy record --gil --idle` samples only a thread holding it; see bench/gil_profile.py)."""
     raw = log_dir.parent / f"{log_dir.name}.gil.txt"
     cmd = [str(PY_SPY), "record", "--gil", "--idle", "--threads", "-f", "raw", "-r", str(GIL_RATE_HZ), "-o", str(raw),
-           "--", str(LOGCLEANER), "clean", str(log_dir), "--json", "--now-ms", str(now_ms), "--set",
-           "cleanup.policy=compact", "--set", f"log.cleaner.threads={threads}",
-           "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}"]
+           "--", *_clean_args(log_dir, now_ms, threads, dedupe_bytes)]
     started = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - started

@@ -218,14 +218,14 @@ class WorkerProcess:
     def __init__(self, *, fork: bool = False) -> None:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         self.forked = fork and threading.active_count() == 1
         try:
             self._proc: subprocess.Popen | _Forked
             if self.forked:
                 self._proc = _fork_worker(to_child_r, from_child_w)
             else:
+                env = dict(os.environ)
+                env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
                 self._proc = subprocess.Popen(
                     [sys.executable, "-m", "cleaner.workers", str(to_child_r), str(from_child_w)],
                     pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -258,7 +258,7 @@ class WorkerProcess:
             self._close_pipes()
             return False
         if self.ended_by is not None:
-            self._await_exit()
+            self._end_within(self.abort_wait_s)
             return False
         return self._proc.poll() is None
 
@@ -268,10 +268,11 @@ class WorkerProcess:
         elif message[0] == "log":
             _emit(message[1])
 
-    def _await_exit(self) -> None:
-        """A worker that said it is ending: wait for it to exit (killed past `abort_wait_s`), then close its pipes."""
+    def _end_within(self, timeout_s: float) -> None:
+        """Wait for the worker to exit (one told to exit, or that said it is ending), kill it past `timeout_s`, and
+        close its pipes."""
         try:
-            self._proc.wait(timeout=self.abort_wait_s)
+            self._proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
@@ -366,14 +367,12 @@ class WorkerProcess:
                 charge(message[1])  # the windows already on their way are charged to a new budget too
             elif kind == "acquire":
                 self._send(("granted", message[1], charge(message[2])))
-            elif kind == "result":
-                if self.ended_by is not None:
-                    self._await_exit()
+            elif kind in ("result", "raise"):
+                if self.ended_by is not None:  # the job's end is the worker's: the next job needs a new one
+                    self._end_within(self.abort_wait_s)
+                if kind == "raise":
+                    raise message[1].exception()
                 return message[1]
-            elif kind == "raise":
-                if self.ended_by is not None:
-                    self._await_exit()
-                raise message[1].exception()
             elif kind == "log":
                 _emit(message[1])
             elif kind == "ending":
@@ -386,12 +385,7 @@ class WorkerProcess:
         if timeout_s is None:
             timeout_s = self.abort_wait_s if stopping else _EXIT_WAIT_S
         self._send(("exit",))
-        try:
-            self._proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._close_pipes()
+        self._end_within(timeout_s)
 
     def send_signal(self, signum: int) -> None:
         """Signal the worker unless it is known to have ended (safe from a signal handler: nothing is waited for)."""

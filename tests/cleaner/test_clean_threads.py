@@ -112,14 +112,22 @@ def _reaped(child: subprocess.Popen) -> Iterator[None]:
             child.communicate()
 
 
+def _until(condition, what: str, child: subprocess.Popen | None = None, every_s: float = 0.02):
+    """Poll `condition()` until it returns something true, and return that; fail, saying `what` never happened,
+    past the hang guard, or as soon as `child` (if given) has ended."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not (found := condition()):
+        if child is not None:
+            assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, what
+        time.sleep(every_s)
+    return found
+
+
 def _wait_for_two_rounds(child: subprocess.Popen, logs: Path) -> dict[str, int]:
     """Poll until two partitions are locked for cleaning at once; their holders."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while len(held := _cleaner_lock_holders(logs)) < 2:
-        assert child.poll() is None, child.communicate()
-        assert time.monotonic() < deadline, "two partitions were never cleaned at once"
-        time.sleep(0.02)
-    return held
+    return _until(lambda: held if len(held := _cleaner_lock_holders(logs)) >= 2 else None,
+                  "two partitions were never cleaned at once", child)
 
 
 @pytest.mark.skipif(launch.cores() < 2, reason="two threads clean at once only with two cores")
@@ -278,11 +286,7 @@ def test_ctrl_c_while_the_workers_start_ends_as_any_ctrl_c(tmp_path, delay_s):
     before = {p: p.read_bytes() for p in logs.rglob("*.log")}
     child = _start_slow_clean(logs, new_session=True)
     with _reaped(child):
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not _children(child.pid):
-            assert child.poll() is None, child.communicate()
-            assert time.monotonic() < deadline, "no worker process started"
-            time.sleep(0.001)
+        _until(lambda: _children(child.pid), "no worker process started", child, every_s=0.001)
         time.sleep(delay_s)
         os.killpg(child.pid, signal.SIGINT)
         out, err = child.communicate(timeout=HANG_GUARD_S)
@@ -331,10 +335,8 @@ def test_a_worker_process_signalled_mid_round_fails_its_partition_and_the_others
 
 
 def _wait_for_state(pid: int, states: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while (found := _state_and_parent(pid)) is None or found[0] not in states:
-        assert time.monotonic() < deadline, f"process {pid} never reached state {states}: {found}"
-        time.sleep(0.01)
+    _until(lambda: (found := _state_and_parent(pid)) is not None and found[0] in states,
+           f"process {pid} never reached state {states}", every_s=0.01)
 
 
 @pytest.mark.skipif(launch.cores() < 2, reason="a worker process is used only with two cores")
@@ -381,18 +383,11 @@ def test_ctrl_c_while_a_worker_waits_for_a_busy_partition_ends_its_wait(tmp_path
         generate_partition(logs / name, WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
     holder = _start_slow_clean(logs / "b-0")  # holds b-0 for minutes
     with _reaped(holder):
-        deadline = time.monotonic() + HANG_GUARD_S
-        while "b-0" not in _cleaner_lock_holders(logs):
-            assert holder.poll() is None, holder.communicate()
-            assert time.monotonic() < deadline, "the first clean never took b-0"
-            time.sleep(0.02)
+        _until(lambda: "b-0" in _cleaner_lock_holders(logs), "the first clean never took b-0", holder)
         child = _start_slow_clean(logs, new_session=True)  # a-0 on one thread, b-0 on the other, which waits
         with _reaped(child):
-            deadline = time.monotonic() + HANG_GUARD_S
-            while _cleaner_lock_holders(logs).get("a-0") not in (child.pid, *_children(child.pid)):
-                assert child.poll() is None, child.communicate()
-                assert time.monotonic() < deadline, "the second clean never took a-0"
-                time.sleep(0.02)
+            _until(lambda: _cleaner_lock_holders(logs).get("a-0") in (child.pid, *_children(child.pid)),
+                   "the second clean never took a-0", child)
             time.sleep(0.5)  # its worker is in b-0's lock wait by now
             os.killpg(child.pid, signal.SIGINT)
             out, err = child.communicate(timeout=HANG_GUARD_S)
