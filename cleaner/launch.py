@@ -7,7 +7,8 @@ same for both callers:
 * the offset map of a cleaner thread (`thread_offset_map`): `log.cleaner.dedupe.buffer.size` shared by
   `log.cleaner.threads` (`offsetmap.per_thread_memory_bytes`), filled up to `log.cleaner.io.buffer.load.factor`;
 * `launch_round`: at most one round a core at once in the process (`CORES`: further threads wait for one;
-  `core()` lets a caller hold its core over the partition's other work too: opening it, retention);
+  `core()` lets a caller hold its core over the partition's other work too: opening it, retention;
+  `spare_cores()` the free ones besides, on which a round alone recopies its groups);
   the clock read once, at the start; one `cleaner.round.clean_round` with
   `producer.id.expiration.ms` and `log.cleaner.verify`, every read and write charged beforehand to the I/O
   throttle of the partition's device (whose wait ends with the caller's abort check); then the round's
@@ -37,7 +38,7 @@ from .settings import CleanerSettings, TopicSettings
 from .survey import SurveyMemo
 from .throttle import Throttle
 
-__all__ = ["core", "cores", "launch_round", "thread_map_bytes", "thread_offset_map"]
+__all__ = ["core", "cores", "launch_round", "spare_cores", "thread_map_bytes", "thread_offset_map"]
 
 
 def thread_map_bytes(cleaner: CleanerSettings) -> int:
@@ -72,6 +73,7 @@ def launch_round(
     dry_run: bool = False,
     force_recopy: bool = False,
     horizon_pass: bool = False,
+    recopy_threads: int = 1,
 ) -> RoundResult:
     """One round of `log_` (open in cleaner mode, or as a reader for a `dry_run`) with `topic`'s settings and
     the broker-level `cleaner` settings; see the module docstring. The keyword arguments are
@@ -100,6 +102,7 @@ def launch_round(
             survey_memo=survey_memo,
             verify=cleaner.verify,
             charge_io=charge_io,
+            recopy_threads=recopy_threads,
         )
     survivorship.record_round(log_.directory, result, cleaner.survivorship_alpha)
     return result
@@ -142,3 +145,18 @@ def core(check_abort: Callable[[], None] | None = None) -> Iterator[None]:
 
 
 _CORE_WAIT_S = 0.1
+
+
+@contextmanager
+def spare_cores(wanted: int) -> Iterator[int]:
+    """Up to `wanted` more of `CORES`, taken without waiting, held for the block; yields how many were free. A
+    round with nothing else to run beside it recopies its groups on them (`clean_round`'s `recopy_threads`), and
+    a thread that wants a core meanwhile waits for the round's end."""
+    taken = 0
+    try:
+        while taken < wanted and CORES.acquire(blocking=False):
+            taken += 1
+        yield taken
+    finally:
+        for _ in range(taken):
+            CORES.release()

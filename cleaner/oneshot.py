@@ -255,8 +255,10 @@ def clean_partition(
     throttle: Throttle | None = None,
     check_abort: Callable[[], None] | None = None,
     remover: BackgroundRemover | None = None,
+    recopy_threads: int = 1,
 ) -> PartitionOutcome:
-    """Clean one partition directory in rounds until done (one round with `once` or `dry_run`).
+    """Clean one partition directory in rounds until done (one round with `once` or `dry_run`), each round's
+    segment groups recopied on `recopy_threads` threads (`cleaner.group_runs`).
 
     Done with the dirty section, while the last round leaves a kept tombstone or marker whose delete horizon
     has passed at `now_ms`, another round removes it (at most `HORIZON_PASSES_MAX`), as Kafka's cleaner
@@ -317,7 +319,7 @@ def clean_partition(
                     plog, topic, settings.cleaner, offset_map, throttle, lambda: now_ms,
                     ring=ring, survey_memo=survey_memo, check_abort=check_abort, on_bytes=on_bytes, forced_from=start,
                     forced_to=forced_to,
-                    dry_run=dry_run, horizon_pass=True,
+                    dry_run=dry_run, horizon_pass=True, recopy_threads=recopy_threads,
                 )
                 outcome.rounds.append(result)
                 if once or dry_run:
@@ -343,7 +345,8 @@ def clean_partition(
 
 
 def clean_partition_job(context: WorkerContext, *, planned: PlannedPartition, cleaner: CleanerSettings, now_ms: int,
-                        forced_from: int | None, forced_to: int | None, dry_run: bool, once: bool) -> PartitionOutcome:
+                        forced_from: int | None, forced_to: int | None, dry_run: bool, once: bool,
+                        recopy_threads: int = 1) -> PartitionOutcome:
     """`clean_partition` of one planned partition in a worker process (`cleaner.workers`), as `clean_planned`'s
     threads run it in theirs: the worker's offset map (this thread's share of the dedupe buffer), its budget
     (the parent's, per device), abort check, byte counts and remover."""
@@ -351,7 +354,7 @@ def clean_partition_job(context: WorkerContext, *, planned: PlannedPartition, cl
         planned.directory, planned.view.settings, now_ms=now_ms, policy=planned.policy,
         offset_map=context.offset_map(cleaner), forced_from=forced_from, forced_to=forced_to, dry_run=dry_run,
         once=once, on_bytes=context.on_bytes, throttle=context.throttle, check_abort=context.check_abort,
-        remover=context.remover,
+        remover=context.remover, recopy_threads=recopy_threads,
     )
 
 
@@ -437,6 +440,9 @@ def clean_planned(
     """
     # threads past the cores would only wait for one (`launch.CORES`); each past the first cleans in a process
     workers_wanted = min(cleaner.threads, len(plan), launch.cores())
+    # threads beyond one a partition recopy the groups of a partition's rounds (`cleaner.group_runs`): fewer
+    # partitions than threads still use them
+    recopy_threads = max(1, min(cleaner.threads, launch.cores()) // max(1, len(plan)))
     # The first thread cleans in this process; each other one in a worker process of its own (`cleaner.workers`:
     # no GIL shared with the others), started first, while this process has no other thread, as a fork of it,
     # with its modules imported (a new interpreter would take 0.2-0.3 s to start: bench/RESULTS.md).
@@ -485,7 +491,7 @@ def clean_planned(
                         outcome = worker.call(
                             "cleaner.oneshot:clean_partition_job",
                             dict(planned=planned, cleaner=cleaner, now_ms=now_ms, forced_from=forced_from,
-                                 forced_to=forced_to, dry_run=dry_run, once=once),
+                                 forced_to=forced_to, dry_run=dry_run, once=once, recopy_threads=recopy_threads),
                             throttle=throttle_for(planned.directory.parent), on_bytes=counted, check_abort=check_abort,
                         )
                     else:
@@ -495,7 +501,7 @@ def clean_planned(
                             planned.directory, planned.view.settings, now_ms=now_ms, policy=planned.policy,
                             offset_map=offset_map, forced_from=forced_from, forced_to=forced_to, dry_run=dry_run,
                             once=once, on_bytes=counted, throttle=throttle_for(planned.directory.parent),
-                            check_abort=check_abort, remover=remover,
+                            check_abort=check_abort, remover=remover, recopy_threads=recopy_threads,
                         )
                 except CleaningAbortedError as exc:
                     outcome = None

@@ -9,7 +9,8 @@ itself (under the throttle, its survivorship recorded after it) are `cleaner.lau
 `log.retention.check.interval.ms` across the threads, a thread runs the retention pass over every log
 (`cleaner.retention`: the `delete` policy, and segments below the log start); a `compact,delete` log also
 gets it right after each of its rounds, as in Kafka. A thread with nothing to clean does the idle-log
-maintenance (`cleaner.idle`) and waits `log.cleaner.backoff.ms`. With `log.cleaner.enable` false the threads
+maintenance (`cleaner.idle`) and waits `log.cleaner.backoff.ms`, lending its core meanwhile: a round started while
+threads are idle takes their free cores (`launch.spare_cores`) and recopies its groups on them. With `log.cleaner.enable` false the threads
 only run retention, as Kafka's log manager does without a cleaner. Every read and write of a round is
 charged, before it is done, to the budget of the log dir's device (`cleaner.throttle`); a thread waiting
 there wakes at once when the pool stops. Outcomes:
@@ -87,6 +88,7 @@ class CleanerPool:
         self._lock = threading.Lock()
         self._threads: dict[int, threading.Thread] = {}
         self._busy: dict[int, int] = {}  # thread index -> device being cleaned
+        self._idle: set[int] = set()  # threads whose last selection found nothing to clean
         self._next_retention_ms = 0
         self.dead_threads = 0
         self.remover = BackgroundRemover()  # the swaps' `.deleted` files, removed off the cleaner threads
@@ -170,6 +172,7 @@ class CleanerPool:
         finally:
             with self._lock:
                 worker = self._workers.pop(index, None)
+                self._idle.discard(index)
             if worker is not None:
                 worker.close(stopping=self._stopping.is_set())  # it removes its swaps' old segments first
 
@@ -235,6 +238,8 @@ class CleanerPool:
             except Exception:  # a failed selection must not kill the thread (KAFKA-8725)
                 log.exception("selecting a log to clean failed")
                 candidate = None
+            with self._lock:  # a thread that found nothing lends its core to the rounds that run (`_clean`)
+                (self._idle.add if candidate is None else self._idle.discard)(index)
             if candidate is None:
                 try:
                     maintain_idle_logs(self.manager, self.clock_ms())
@@ -300,21 +305,24 @@ class CleanerPool:
         try:
             log.info("cleaning dir=%s reason=%s dirty_ratio=%.3f", directory, candidate.reason, candidate.dirty_ratio)
             worker = self._worker(index)
-            if worker is not None:  # the same, in this thread's worker process; its errors raised here
-                # one of this process's cores held for it (`launch.core`): threads past the cores wait here too
-                with launch.core(check_abort):
+            with self._lock:
+                lenders = len(self._idle)  # threads that found nothing to clean: their cores recopy this round's groups
+            # one of this process's cores held for it (`launch.core`): threads past the cores wait here too; and
+            # the free cores of the threads with nothing to do
+            with launch.core(check_abort), launch.spare_cores(lenders) as spare:
+                if worker is not None:  # the same, in this thread's worker process; its errors raised here
                     result, retention = worker.call(
                         "cleaner.pool:round_job",
                         dict(directory=Path(directory), topic=topic, cleaner=cleaner, now_ms=self.clock_ms(),
-                             force_recopy=candidate.force_recopy),
+                             force_recopy=candidate.force_recopy, recopy_threads=1 + spare),
                         throttle=throttle, on_bytes=on_bytes, check_abort=check_abort,
                     )
-            else:
-                result, retention = round_and_retention(
-                    Path(directory), topic, cleaner, offset_map, throttle, self.clock_ms, ring=ring,
-                    survey_memo=survey_memo, check_abort=check_abort, on_bytes=on_bytes,
-                    force_recopy=candidate.force_recopy, remover=self.remover,
-                )
+                else:
+                    result, retention = round_and_retention(
+                        Path(directory), topic, cleaner, offset_map, throttle, self.clock_ms, ring=ring,
+                        survey_memo=survey_memo, check_abort=check_abort, on_bytes=on_bytes,
+                        force_recopy=candidate.force_recopy, remover=self.remover, recopy_threads=1 + spare,
+                    )
             self._record_retention(directory, retention)
             with self._lock:
                 self._worker_deaths.pop(directory, None)
@@ -368,11 +376,12 @@ class CleanerPool:
 def round_and_retention(
     directory: Path, topic: TopicSettings, cleaner: CleanerSettings, offset_map: OffsetMap, throttle: Throttle,
     clock_ms: Callable[[], int], *, ring: WindowRing, survey_memo: SurveyMemo, check_abort: Callable[[], None],
-    on_bytes: Callable[[int, str], None], force_recopy: bool, remover: BackgroundRemover,
+    on_bytes: Callable[[int, str], None], force_recopy: bool, remover: BackgroundRemover, recopy_threads: int = 1,
 ) -> tuple[RoundResult, RetentionResult | None]:
     """A daemon thread's work on the log it was handed, in its process or its worker's: open it in cleaner mode
     (its lock waited for `_LOCK_WAIT_S`), one round (`launch.launch_round`), then, for a `compact,delete` log,
-    retention, as Kafka's cleaner thread deletes its old segments after cleaning it. The round's result and the
+    retention, as Kafka's cleaner thread deletes its old segments after cleaning it; the round's groups recopied on
+    `recopy_threads` threads (the cores the caller holds for it). The round's result and the
     retention's (None: none, or it failed: logged, the next pass retries). Raises what the round raises."""
     # one of the process's cores held over the partition's work, its round included (`launch.core`)
     with launch.core(check_abort), PartitionLog.open(directory, mode="cleaner", config=topic.log_config(),
@@ -380,7 +389,7 @@ def round_and_retention(
                                                      check_abort=check_abort) as plog:
         result = launch.launch_round(plog, topic, cleaner, offset_map, throttle, clock_ms, ring=ring,
                                      survey_memo=survey_memo, check_abort=check_abort, on_bytes=on_bytes,
-                                     force_recopy=force_recopy)
+                                     force_recopy=force_recopy, recopy_threads=recopy_threads)
         retention = None
         if "delete" in topic.cleanup_policy and not result.dry_run:
             try:
@@ -391,11 +400,11 @@ def round_and_retention(
 
 
 def round_job(context: WorkerContext, *, directory: Path, topic: TopicSettings, cleaner: CleanerSettings,
-              now_ms: int, force_recopy: bool) -> tuple[RoundResult, RetentionResult | None]:
+              now_ms: int, force_recopy: bool, recopy_threads: int = 1) -> tuple[RoundResult, RetentionResult | None]:
     """`round_and_retention` in a worker process (`cleaner.workers`) with the worker's map, buffers, survey memo
     and remover, the parent's budget and abort, and the parent's clock read when the log was handed over."""
     return round_and_retention(
         directory, topic, cleaner, context.offset_map(cleaner), context.throttle, lambda: now_ms, ring=context.ring,
         survey_memo=context.survey_memo, check_abort=context.check_abort, on_bytes=context.on_bytes,
-        force_recopy=force_recopy, remover=context.remover,
+        force_recopy=force_recopy, remover=context.remover, recopy_threads=recopy_threads,
     )

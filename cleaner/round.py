@@ -1,6 +1,6 @@
 """One cleaning round of one partition: survey, range, index, recopy group by group, swap, checkpoint.
 
-Owns Kafka's `Cleaner.clean` for a single log, single-threaded, with no globals: everything it depends on
+Owns Kafka's `Cleaner.clean` for a single log, with no globals: everything it depends on
 (settings, the offset map, the clock, the abort check, the I/O accounting) is passed in. The manager and
 the thread pool (which log next, when, on which thread) live elsewhere.
 
@@ -36,14 +36,16 @@ from dataclasses import dataclass
 from offsetmap import OffsetMap
 from segments.files import faults
 from segments.files.readahead import WindowRing
+from segments.files.segment import LogSegment
 from segments.partition.checkpoint import CLEANER_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
 from segments.partition.log import PartitionLog
 
 from .cleanable import CleanableRange, cleanable_range, segment_floor
 from .errors import CleanerError
 from .generations import GenerationPlan, load_starts, plan_round, save_starts
+from .group_runs import recopy_groups
 from .indexing import IndexAhead, build_offset_map
-from .recopy import RecopyContext, RecopyStats, clean_group, group_segments
+from .recopy import RecopyContext, RecopyStats, group_segments
 from .safety import check_group
 from .settings import TopicSettings
 from .survey import WINDOW_BYTES, SurveyMemo, survey_log
@@ -151,6 +153,7 @@ def clean_round(
     survey_memo: SurveyMemo | None = None,
     verify: bool = False,
     charge_io: Callable[[int], None] = lambda n: None,
+    recopy_threads: int = 1,
 ) -> RoundResult:
     """Clean `log_` (opened in cleaner mode) once; see the module docstring.
 
@@ -165,7 +168,9 @@ def clean_round(
     inactive segments' headers again. With `verify`
     (`log.cleaner.verify`), each group passes `cleaner.safety.check_group` before it is swapped in.
     `charge_io(n)` is called before every read and write of n bytes, on the thread doing it (the device's
-    I/O throttle, `cleaner.throttle`: it may block, or raise to abort); `on_bytes(n, direction)` after. Raises
+    I/O throttle, `cleaner.throttle`: it may block, or raise to abort); `on_bytes(n, direction)` after; both, and
+    `check_abort`, may be called from several threads at once when `recopy_threads` > 1 (the groups' independent
+    runs recopied at once, swapped in log order: `cleaner.group_runs`). Raises
     `CorruptRecordError`, `CleaningAbortedError` (from `check_abort`), `SafetyCheckError` or `OSError`; the
     log then holds every group either old or new and the checkpoint is unchanged.
     """
@@ -243,14 +248,13 @@ def clean_round(
         segment_index_bytes=topic.segment_index_bytes,
     )
     verified, verify_s = 0, 0.0
-    for group in groups:
-        unchanged_before = stats.groups_unchanged
-        cleaned = clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes, ring=ring,
-                              charge_io=charge_io)
+
+    def swap(group: list[LogSegment], cleaned: LogSegment | None) -> None:
+        nonlocal verified, verify_s
         if cleaned is None:
-            if stats.groups_unchanged > unchanged_before:
-                log.debug("group unchanged, not swapped dir=%s base_offset=%d", log_.directory, group[0].base_offset)
-            continue
+            log.debug("group not swapped (unchanged or a dry run) dir=%s base_offset=%d", log_.directory,
+                      group[0].base_offset)
+            return
         if verify:
             t = time.monotonic()
             try:
@@ -261,6 +265,9 @@ def clean_round(
                 raise
             verify_s += time.monotonic() - t
         log_.replace_segments([cleaned], group)
+
+    recopy_groups(log_, groups, ctx, stats, swap, threads=recopy_threads, check_abort=check_abort, on_bytes=on_bytes,
+                  ring=ring, charge_io=charge_io)
     if not dry_run:
         # A pass over the clean section alone leaves the checkpoint where it was: then it is not rewritten.
         if index.end_offset != (rng.first_dirty if rng.checkpoint_was_reset else checkpoint):

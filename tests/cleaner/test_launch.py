@@ -190,3 +190,34 @@ def test_threads_past_the_cores_do_not_open_partitions_beside_the_rounds(tmp_pat
     monkeypatch.setattr(oneshot.PartitionLog, "open", counted_open)
     _clean_four_partitions_on_four_threads(tmp_path)
     assert most[0] == cores
+
+
+def test_a_daemon_round_takes_the_cores_of_threads_with_nothing_to_clean(tmp_path, launched, monkeypatch):
+    """Two threads on two cores, nothing dirty at first: once both found nothing, the round of a partition that
+    then gets dirty recopies its groups on two threads (`launch.spare_cores`: the idle thread's core)."""
+    import threading
+
+    monkeypatch.setenv("LOGCLEANER_WORKERS", "threads")
+    monkeypatch.setattr(launch, "CORES", threading.BoundedSemaphore(2))
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    settings = Settings.from_mappings({"cleanup.policy": "compact", "log.cleaner.backoff.ms": 10,
+                                       "log.cleaner.threads": 2})
+    manager = CleanerManager([log_dir], settings, clock_ms=lambda: NOW)
+    throttles = DeviceThrottles(settings.cleaner.io_max_bytes_per_second)
+    pool = CleanerPool(manager, throttles, CleanerMetrics(lambda: {}), threads=2, clock_ms=lambda: NOW)
+    pool.start()
+    try:
+        deadline = time.monotonic() + 60  # a hang guard, not a measurement
+        while pool._idle != {0, 1}:
+            assert time.monotonic() < deadline, "the threads never found nothing to do"
+            time.sleep(0.01)
+        generate_partition(log_dir / "t-0", SPEC)
+        manager.discover()
+        while not launched["rounds"]:
+            assert time.monotonic() < deadline, "the pool cleaned nothing"
+            time.sleep(0.01)
+    finally:
+        assert pool.stop(timeout_s=30)
+    assert launched["rounds"][0]["recopy_threads"] == 2
+    assert launch.CORES.acquire(blocking=False) and launch.CORES.acquire(blocking=False)  # both given back
