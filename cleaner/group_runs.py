@@ -67,11 +67,13 @@ def recopy_groups(
     check_abort: Callable[[], None] = lambda: None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     ring: WindowRing,
+    more_rings: tuple[WindowRing, ...] = (),
     charge_io: Callable[[int], None] = lambda n: None,
 ) -> None:
     """Recopy every group (`cleaner.recopy.clean_group`) and call `swap(group, cleaned)` for each, in log order,
     on this thread (`cleaned` is None when there is nothing to swap: a dry run, a group unchanged). `stats`
-    collects every group's counters; `ring` serves this thread's reads. With `threads` > 1, independent runs of
+    collects every group's counters; `ring` serves this thread's reads, `more_rings` the other threads' (new ones
+    where there are fewer). With `threads` > 1, independent runs of
     groups are recopied at once (module docstring). Raises the first error in log order, after every other
     recopy thread has stopped and removed its files; the groups before it are swapped."""
     runs = independent_runs(groups, ctx.survey, ctx.txn_data_written is not None) if threads > 1 else []
@@ -80,17 +82,18 @@ def recopy_groups(
             swap(group, clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes, ring=ring,
                                     charge_io=charge_io))
         return
-    _Parallel(log_, groups, runs, ctx, min(threads, len(runs)), check_abort, on_bytes, ring, charge_io).run(
-        stats, swap)
+    threads = min(threads, len(runs))
+    rings = [ring, *more_rings[: threads - 1]]
+    rings += [WindowRing(WINDOW_BYTES) for _ in range(threads - len(rings))]
+    _Parallel(log_, groups, runs, ctx, rings, check_abort, on_bytes, charge_io).run(stats, swap)
 
 
 class _Parallel:
     """The state of one parallel recopy: the runs to take, each group's outcome, how far the swaps are."""
 
-    def __init__(self, log_, groups, runs, ctx, threads, check_abort, on_bytes, ring, charge_io) -> None:
-        self.log, self.groups, self.ctx, self.threads = log_, groups, ctx, threads
+    def __init__(self, log_, groups, runs, ctx, rings, check_abort, on_bytes, charge_io) -> None:
+        self.log, self.groups, self.ctx, self.rings, self.threads = log_, groups, ctx, rings, len(rings)
         self.check_abort, self.on_bytes, self.charge_io = check_abort, on_bytes, charge_io
-        self.rings = [ring] + [WindowRing(WINDOW_BYTES) for _ in range(threads - 1)]
         self.pending = list(reversed(runs))  # popped from the end: in log order
         self.changed = threading.Condition()
         # per group: (cleaned or None, its stats) once written, or the exception that ended it

@@ -170,7 +170,8 @@ def clean_round(
     `charge_io(n)` is called before every read and write of n bytes, on the thread doing it (the device's
     I/O throttle, `cleaner.throttle`: it may block, or raise to abort); `on_bytes(n, direction)` after; both, and
     `check_abort`, may be called from several threads at once when `recopy_threads` > 1 (the groups' independent
-    runs recopied at once, swapped in log order: `cleaner.group_runs`). Raises
+    runs recopied at once, swapped in log order: `cleaner.group_runs`; and as many segments surveyed at once).
+    Raises
     `CorruptRecordError`, `CleaningAbortedError` (from `check_abort`), `SafetyCheckError` or `OSError`; the
     log then holds every group either old or new and the checkpoint is unchanged.
     """
@@ -181,10 +182,13 @@ def clean_round(
     checkpoint = log_.read_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT)
     high_watermark = log_.read_log_dir_checkpoint(REPLICATION_OFFSET_CHECKPOINT)
     map_seed = random.getrandbits(32) if seed is None else seed
+    # the round's spare cores: each reads and checks a segment of the survey, then recopies groups, with buffers of its own
+    more_rings = tuple(WindowRing(WINDOW_BYTES) for _ in range(recopy_threads - 1))
     ahead = None
     if forced_from is None and forced_to is None:
         ahead = _index_ahead(log_, topic, offset_map, map_seed, checkpoint, high_watermark)
-    survey = survey_log(log_, ring, charge_io=charge_io, on_bytes=on_bytes, index_ahead=ahead, memo=survey_memo)
+    survey = survey_log(log_, ring, charge_io=charge_io, on_bytes=on_bytes, index_ahead=ahead, memo=survey_memo,
+                        more_rings=more_rings)
     survey_s = time.monotonic() - started
     faults.hit("round.after_survey")
     facts = survey.facts(high_watermark)
@@ -267,7 +271,7 @@ def clean_round(
         log_.replace_segments([cleaned], group)
 
     recopy_groups(log_, groups, ctx, stats, swap, threads=recopy_threads, check_abort=check_abort, on_bytes=on_bytes,
-                  ring=ring, charge_io=charge_io)
+                  ring=ring, more_rings=more_rings, charge_io=charge_io)
     if not dry_run:
         # A pass over the clean section alone leaves the checkpoint where it was: then it is not rewritten.
         if index.end_offset != (rng.first_dirty if rng.checkpoint_was_reset else checkpoint):

@@ -13,7 +13,7 @@ decoded by the later phases: the index phase decodes the dirty section before an
 phase the clean section group by group.
 
 One pass over the headers (`segments.codec.scan` with `headers_only`, read and checked on a read-ahead thread,
-`segments.files.readahead`); the records of control batches are decoded in full by a compiled kernel
+or on one a spare core for as many segments at once, taken in offset order: `segments.files.readahead`); the records of control batches are decoded in full by a compiled kernel
 (`segments.codec.control`; the Python decoder only for a batch it leaves undecided, which reports a fault), legacy
 wrappers, which are rare, by a scan of their own. Producers and transactions are tracked with numpy per window
 and producer, never per batch. This is the round's only CRC check: the index and recopy phases read the same
@@ -33,6 +33,7 @@ hold is read again next round, as without one.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from segments.codec import format as fmt
 from segments.codec.errors import CorruptRecordError
 from segments.codec.records import decode_batch, decode_control_key
 from segments.files.facts import SegmentFacts
-from segments.files.readahead import WindowRing, read_ahead
+from segments.files.readahead import WindowRing, read_ahead_in_order
 from segments.files.segment import LogSegment
 from segments.partition.facts import LogFacts
 from segments.partition.log import PartitionLog
@@ -335,28 +336,28 @@ class SurveyMemo:
 _SEGMENT_MEMO_BYTES = 256  # a `_Remembered` without its rows, roughly
 
 
-def _checked_windows(segments, ring: WindowRing, charge_io: Callable[[int], None] | None, ahead: IndexAhead | None,
-                     memo: SurveyMemo | None, mapped: Callable[[LogSegment], bool]):
-    """Per segment: (index, window, header scan, keys, None) per window, then (index, None, None, None, stat) at
-    its end; or (index, None, remembered, None, stat) alone for an inactive segment the memo holds unchanged
-    and `ahead` does not index. Runs on the read-ahead thread (which charges each read to `charge_io` before
-    it). CRCs are checked except in the active segment (the last). The segments `ahead` indexes are scanned
-    with their records, and `keys` are the window's records to index with their hashes (None elsewhere).
-    `mapped(segment)` says whether to read it through a mapping (`PartitionLog.reads_mapped`)."""
-    for i, segment in enumerate(segments):
-        active = i == len(segments) - 1
-        records = ahead is not None and not active and ahead.scans_records(i)
-        st = os.stat(segment.paths.log)
-        remembered = memo.get(str(segment.paths.log), _identity(st)) if memo is not None and not active else None
-        if remembered is not None and not records:
-            yield i, None, remembered, None, st
-            continue
-        for window, result in segment.scan_windows(
-            window_bytes=ring.window_bytes, verify_crc=not active, headers_only=not records, stop_at_invalid=active,
-            ring=ring, before_read=charge_io, mapped=mapped(segment),
-        ):
-            yield i, window, result, (ahead.keys(result) if records and ahead is not None else None), None
-        yield i, None, None, None, st
+def _segment_windows(segments, i: int, ring: WindowRing, charge_io: Callable[[int], None] | None,
+                     ahead: IndexAhead | None, memo: SurveyMemo | None, mapped: Callable[[LogSegment], bool]):
+    """Segment i's items: (i, window, header scan, keys, None) per window, then (i, None, None, None, stat) at its
+    end; or (i, None, remembered, None, stat) alone for an inactive segment the memo holds unchanged and `ahead`
+    does not index. Runs on a read-ahead thread (which charges each read to `charge_io` before it). CRCs are
+    checked except in the active segment (the last). The segments `ahead` indexes are scanned with their
+    records, and `keys` are the window's records to index with their hashes (None elsewhere). `mapped(segment)`
+    says whether to read it through a mapping (`PartitionLog.reads_mapped`)."""
+    segment = segments[i]
+    active = i == len(segments) - 1
+    records = ahead is not None and not active and ahead.scans_records(i)
+    st = os.stat(segment.paths.log)
+    remembered = memo.get(str(segment.paths.log), _identity(st)) if memo is not None and not active else None
+    if remembered is not None and not records:
+        yield i, None, remembered, None, st
+        return
+    for window, result in segment.scan_windows(
+        window_bytes=ring.window_bytes, verify_crc=not active, headers_only=not records, stop_at_invalid=active,
+        ring=ring, before_read=charge_io, mapped=mapped(segment),
+    ):
+        yield i, window, result, (ahead.keys(result) if records and ahead is not None else None), None
+    yield i, None, None, None, st
 
 
 def survey_log(
@@ -367,13 +368,16 @@ def survey_log(
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     index_ahead: IndexAhead | None = None,
     memo: SurveyMemo | None = None,
+    more_rings: tuple[WindowRing, ...] = (),
 ) -> LogSurvey:
     """Survey every segment of `log` (a cleaner- or reader-mode log) in offset order.
 
     `ring` holds the read buffers (a new two-set ring if None). `charge_io(n)` is called before each read of
     n bytes (the I/O throttle; it may raise to abort), `on_bytes(n, "read")` after each window. With
     `index_ahead`, the same pass fills the round's offset map (`cleaner.indexing.IndexAhead`). With `memo`, the
-    inactive segments it holds unchanged are replayed, not read, and the ones read are added to it. Raises
+    inactive segments it holds unchanged are replayed, not read, and the ones read are added to it. With
+    `more_rings`, that many more segments are read and checked at once, each on a thread of its own with one of
+    them (the round's spare cores), and taken in offset order all the same. Raises
     `CorruptRecordError` (file, position) for an invalid batch in an inactive segment, or an incomplete
     batch at the end of one.
     """
@@ -390,8 +394,9 @@ def survey_log(
     rows_read: list[_ProducerRows] = []  # the segment's rows, for the memo
     next_offset = segments[0].base_offset if segments else 0
     offset_floor = 0  # the lowest offset the next batch of an inactive segment may start at
-    windows = _checked_windows(segments, ring, charge_io, index_ahead, memo, mapped=log.reads_mapped)
-    for i, window, result, keys, st in read_ahead(windows, name="survey-read-ahead"):
+    sources = [functools.partial(_segment_windows, segments, i, charge_io=charge_io, ahead=index_ahead, memo=memo,
+                                 mapped=log.reads_mapped) for i in range(len(segments))]
+    for i, window, result, keys, st in read_ahead_in_order(sources, [ring, *more_rings], name="survey-read-ahead"):
         segment = segments[i]
         inactive = i < len(segments) - 1
         if isinstance(result, _Remembered):

@@ -1,7 +1,8 @@
 """Reading ahead: one window is read and scanned on a second thread while the caller works on the previous one.
 
 Owns `WindowRing` (the buffers of the windows in flight, handed out in turn) and `read_ahead` (run an
-iterator on a background thread, at most one item ahead of its consumer). Together they let a cleaning phase
+iterator on a background thread, at most one item ahead of its consumer; `read_ahead_in_order`: several
+sources on several such threads at once, their items yielded in the sources' order). Together they let a cleaning phase
 use both cores: the producer thread reads a window (`os.preadv`, or a mapping: `segments.files.mapped`) and
 scans it (compiled kernels), both of which release the GIL, while the consumer inserts into the offset map or
 assembles and writes output batches, which release it too.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -31,7 +32,7 @@ import numpy as np
 if TYPE_CHECKING:
     from ..codec.scan import ScanBuffers
 
-__all__ = ["WindowRing", "read_ahead"]
+__all__ = ["WindowRing", "read_ahead", "read_ahead_in_order"]
 
 T = TypeVar("T")
 
@@ -164,3 +165,82 @@ def read_ahead(source: Iterator[T], *, name: str = "read-ahead") -> Iterator[T]:
         close = getattr(source, "close", None)
         if close is not None:
             close()
+
+
+def read_ahead_in_order(sources: Sequence[Callable[[WindowRing], Iterator[T]]], rings: Sequence[WindowRing], *,
+                        name: str = "read-ahead") -> Iterator[T]:
+    """Yield the items of `sources[0](ring)`, then of `sources[1](ring)`, and so on, produced on `len(rings)`
+    threads at once: source `i` on thread `i % len(rings)`, in that thread's ring, each thread at most one item
+    ahead of the consumer's use of its ring (as `read_ahead`: two permits a thread). With one ring, `read_ahead`
+    of the sources one after the other. Exceptions are raised here at the item where they happened, in order;
+    a consumer that stops early stops every producer and waits for them before the generator returns."""
+    if len(rings) < 2 or len(sources) < 2:
+        ring = rings[0]
+        return read_ahead((item for source in sources for item in source(ring)), name=name)
+    return _in_order(sources, rings, name)
+
+
+_END = object()  # one source is done
+
+
+def _in_order(sources: Sequence[Callable[[WindowRing], Iterator[T]]], rings: Sequence[WindowRing], name: str) -> Iterator[T]:
+    k = len(rings)
+    permits: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(k)]
+    ready: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(k)]
+    for p in permits:
+        p.put(None)
+        p.put(None)
+    stop = threading.Event()
+    finished = [threading.Event() for _ in range(k)]
+
+    def produce(t: int) -> None:
+        thread = threading.current_thread()
+        thread.name = f"{name}-{t}"
+        try:
+            for i in range(t, len(sources), k):
+                items = sources[i](rings[t])
+                try:
+                    while True:
+                        permits[t].get()
+                        if stop.is_set():
+                            return
+                        item = next(items, _END)
+                        if item is _END:
+                            permits[t].put(None)  # no buffer used: the permit goes back at once
+                        ready[t].put((item, None))
+                        if item is _END:
+                            break
+                finally:
+                    close = getattr(items, "close", None)
+                    if close is not None:
+                        close()
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there at this item
+            ready[t].put((_DONE, exc))
+        finally:
+            thread.name = _IDLE_NAME
+            finished[t].set()
+
+    producers = []
+    try:
+        for t in range(k):
+            producer = _producer()
+            while not producer.submit(lambda t=t: produce(t)):
+                producer = _producer()  # that one had ended
+            producers.append(producer)
+        for i in range(len(sources)):
+            t = i % k
+            while True:
+                item, error = ready[t].get()
+                if error is not None:
+                    raise error
+                if item is _END:
+                    break
+                yield item
+                permits[t].put(None)  # the consumer is done with the item
+    finally:
+        stop.set()
+        for t in range(len(producers)):
+            permits[t].put(None)
+            permits[t].put(None)
+            finished[t].wait()
+        _kept.__dict__.setdefault("idle", []).extend(producers)

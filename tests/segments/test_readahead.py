@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from segments.files.readahead import WindowRing, read_ahead
+from segments.files.readahead import WindowRing, read_ahead, read_ahead_in_order
 from segments.partition.log import PartitionLog
 
 from .helpers import write_log
@@ -91,3 +91,68 @@ def test_consecutive_phases_of_a_thread_reuse_one_producer_thread():
     producers = [next(iter(list(read_ahead(source(), name=f"t-reuse-{k}")))) for k in range(5)]
     assert len(set(producers)) == 1 and producers[0] != threading.get_ident()
     assert not any(name.startswith("t-reuse") for name in _threads())  # named after its phase only while in it
+
+
+# ---- several sources on several threads (`read_ahead_in_order`) -------------------------------------------------
+
+def _ring_sources(n_sources: int, items: int, rings_used: dict[int, set[int]] | None = None):
+    """Sources that each fill `items` buffers of the ring they are given with (source, item) and yield them."""
+
+    def source(s: int):
+        def make(ring: WindowRing):
+            if rings_used is not None:
+                rings_used.setdefault(id(ring), set()).add(s)
+            for j in range(items):
+                buf, _ = ring.next(64)
+                buf[:] = (s * 31 + j) % 256
+                yield s, j, buf
+        return make
+
+    return [source(s) for s in range(n_sources)]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_sources_on_several_threads_arrive_in_order_in_buffers_no_one_overwrites(threads):
+    rings = [WindowRing(64) for _ in range(threads)]
+    used: dict[int, set[int]] = {}
+    seen = []
+    for s, j, buf in read_ahead_in_order(_ring_sources(7, 20, used), rings, name="t-in-order"):
+        before = buf.copy()
+        threading.Event().wait(0.0002)  # let the producers run as far as they may
+        assert np.array_equal(buf, before) and buf[0] == (s * 31 + j) % 256
+        seen.append((s, j))
+    assert seen == [(s, j) for s in range(7) for j in range(20)]
+    # source i was made in ring i % threads
+    assert sorted(sorted(v) for v in used.values()) == [list(range(t, 7, threads)) for t in range(threads)]
+    assert not [name for name in _threads() if name.startswith("t-in-order")]
+
+
+def test_an_error_of_a_later_source_reaches_the_consumer_after_every_earlier_item():
+    def failing(ring):
+        yield "c0"
+        raise ValueError("bad window in source 2")
+
+    sources = [lambda ring: iter(["a0", "a1"]), lambda ring: iter(["b0"]), failing, lambda ring: iter(["d0"])]
+    seen = []
+    with pytest.raises(ValueError, match="source 2"):
+        for item in read_ahead_in_order(sources, [WindowRing(8), WindowRing(8)], name="t-in-order-error"):
+            seen.append(item)
+    assert seen == ["a0", "a1", "b0", "c0"]
+    assert not [name for name in _threads() if name.startswith("t-in-order")]
+
+
+def test_a_consumer_that_stops_early_stops_every_producer():
+    made = []
+
+    def source(s):
+        def make(ring):
+            for j in range(1000):
+                made.append((s, j))
+                yield s, j
+        return make
+
+    for s, j in read_ahead_in_order([source(s) for s in range(4)], [WindowRing(8), WindowRing(8)], name="t-in-order-b"):
+        if (s, j) == (0, 3):
+            break
+    assert not [name for name in _threads() if name.startswith("t-in-order")]
+    assert len(made) <= 5 + 3  # the consumer's thread: one item ahead; the other: two made before any was taken
