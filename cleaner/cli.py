@@ -14,6 +14,7 @@ import shutil
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -27,6 +28,7 @@ from .cli_support import (
     megabytes,
     notes_on_rebuilt_indexes,
     one_line,
+    output_failed,
 )
 from .listen import DEFAULT_LISTEN, client_url
 
@@ -98,6 +100,8 @@ def dump(files: tuple[Path, ...], deep_iteration: bool, print_data_log: bool, in
         except BrokenPipeError:
             raise  # our reader went away, not a file problem: the command ends quietly (cli_support)
         except OSError as exc:  # e.g. permission denied
+            if output_failed(exc):  # stdout's, not the file's
+                sys.exit(1)
             from segments.files.pathcheck import describe_os_error
 
             click.echo(f"Error: {describe_os_error(exc)}", err=True)
@@ -568,9 +572,9 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     total = sum(sum(f.lstat().st_size for f in p.glob("*.log")) for p in partitions)  # lstat: links are not followed
     show_bar = sys.stderr.isatty() and not as_json and total > 64 * 1024 * 1024
 
-    # On log.cleaner.threads threads, the largest dirty section first. Ctrl-C or SIGTERM stops taking partitions
-    # and aborts the running rounds at their next window; then Ctrl-C ends as before ("Aborted!", exit 1) and
-    # SIGTERM kills the process as before (143).
+    # On log.cleaner.threads threads, the largest dirty section first. Ctrl-C, SIGTERM or a terminal's SIGHUP stops
+    # taking partitions and aborts the running rounds at their next window; then Ctrl-C ends as before
+    # ("Aborted!", exit 1) and SIGTERM or SIGHUP kills the process with that signal (143, 129).
     bar = click.progressbar(length=max(total * 3, 1), label="cleaning", file=sys.stderr) if show_bar else _NoBar()
     with bar, _SigtermStopsCleaning():
         clean_planned(plan, loaded.settings.cleaner, now_ms=clock, report=lambda outcome: report(outcome.summary()),
@@ -718,40 +722,54 @@ def _stop_spark_now(spark, console) -> None:
 
 
 class _Terminated(BaseException):
-    """SIGTERM, raised in the main thread so that `clean` stops its threads as on Ctrl-C before dying of it."""
+    """SIGTERM (or a terminal's SIGHUP), raised in the main thread so that `clean` stops its threads as on Ctrl-C
+    before dying of it."""
+
+    def __init__(self, signum: int = 15) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 class _SigtermStopsCleaning:
-    """While cleaning, SIGTERM raises `_Terminated` in the main thread (only there may a handler be set); once
-    the cleaning has stopped, the process dies of SIGTERM, with the status it always had (143 in a shell)."""
+    """While cleaning, SIGTERM, and SIGHUP unless it is ignored (`nohup`), raise `_Terminated` in the main thread
+    (only there may a handler be set); once the cleaning has stopped, the process dies of that signal, with the
+    status it always had (143 or 129 in a shell). A closed terminal thus stops `clean` as SIGTERM does: the
+    running rounds abort at their next window and remove their files. `hangup=False` leaves SIGHUP alone (`ingest`,
+    whose commit holds SIGTERM only)."""
+
+    def __init__(self, *, hangup: bool = True) -> None:
+        self.hangup = hangup
 
     def __enter__(self) -> None:
         import signal
         import threading
 
-        self.installed = threading.current_thread() is threading.main_thread()
-        if self.installed:
-            self.previous = signal.signal(signal.SIGTERM, self._terminate)
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGTERM, signal.SIGHUP) if self.hangup else (signal.SIGTERM,):
+            if signum == signal.SIGHUP and signal.getsignal(signum) is signal.SIG_IGN:
+                continue  # `nohup logcleaner clean ...`: the hangup stays ignored
+            self.previous[signum] = signal.signal(signum, self._terminate)
 
     @staticmethod
     def _terminate(signum, frame) -> None:
-        raise _Terminated()
+        raise _Terminated(signum)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         import signal
 
-        if not self.installed:
-            return
-        signal.signal(signal.SIGTERM, self.previous)
-        if exc_type is _Terminated:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
+        if exc_type is _Terminated and exc.signum in self.previous:
+            signal.signal(exc.signum, signal.SIG_DFL)
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
                 except (OSError, ValueError):
                     pass  # a closed pipe: nothing more to say
-            os.kill(os.getpid(), signal.SIGTERM)
-            sys.exit(128 + signal.SIGTERM)  # not reached: the signal's default action ends the process
+            os.kill(os.getpid(), exc.signum)
+            sys.exit(128 + exc.signum)  # not reached: the signal's default action ends the process
 
 
 class _IngestSignals:
@@ -934,7 +952,7 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
         # Ctrl-C or SIGTERM: the job cancelled, Spark stopped (its JVM killed), the staging removed, then the
         # command ends as `clean` does ("Aborted!" for Ctrl-C, the signal's own status for SIGTERM); during the
         # commit, held until it has finished (the rows are then written: said, exit 0).
-        with _SigtermStopsCleaning(), _IngestSignals() as signals:
+        with _SigtermStopsCleaning(hangup=False), _IngestSignals() as signals:
             try:
                 try:
                     with signals.failures_as_the_signal():
@@ -1190,7 +1208,12 @@ def entry() -> None:
     """The `logcleaner` console script and `python -m cleaner.cli`: the command group, then the process ends
     without the interpreter's teardown (`cli_support.end_process`). Tests call `main` (click's runner)."""
     try:
-        main()  # click's standalone mode: always ends in SystemExit
+        try:
+            main()  # click's standalone mode: always ends in SystemExit
+        except OSError as exc:  # stdout cannot be written (`> /dev/full`): one line, exit 1
+            if not output_failed(exc):
+                raise
+            sys.exit(1)
     except SystemExit as exc:
         end_process(exc.code)
         raise

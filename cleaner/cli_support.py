@@ -3,7 +3,9 @@ goes away, how a usage error is shown, and how the library's notes about indexes
 
 Owns six things for `cleaner.cli` and prints nothing of its own but those notes and errors:
 * **A closed pipe**: the command stops quietly at its next write, as `cat` does, with exit status 141
-  (`CommandGroup` catches `BrokenPipeError` around every command); work already done stays done.
+  (`CommandGroup` catches `BrokenPipeError` around every command); work already done stays done. Output that
+  cannot be written otherwise (`> /dev/full`, a full disk) ends the command with one line on stderr, exit 1
+  (`output_failed`), as `ls > /dev/full` does.
 * **Usage errors in one line**: `Error: <what>` on stderr, exit 2, without click's usage text
   (`OneLineErrorsCommand.parse_args`, `CommandGroup.invoke`).
 * **No traceback for the cleaner's own errors**: a `cleaner.errors.CleanerError` no command turned into its own
@@ -29,6 +31,7 @@ import logging
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BROKEN_PIPE_EXIT", "MB", "CommandGroup", "OneLineErrorsCommand", "OneLineUsageError", "end_process", "index_notes",
-    "megabytes", "notes_on_rebuilt_indexes", "one_line",
+    "megabytes", "notes_on_rebuilt_indexes", "one_line", "output_failed",
 ]
 
 BROKEN_PIPE_EXIT = 128 + 13  # 128 + SIGPIPE: the status a shell reports for `cat` killed by a closed pipe
@@ -103,8 +106,7 @@ class CommandGroup(click.Group):
             finally:
                 # Output still in Python's buffer meets a closed pipe here, where it can be handled, rather
                 # than in the interpreter's final flush ("Exception ignored ... BrokenPipeError", status 120).
-                if sys.stdout is not None:
-                    sys.stdout.flush()
+                flush_output()
         except BrokenPipeError:
             _silence_broken_streams()
             ctx.exit(BROKEN_PIPE_EXIT)
@@ -139,6 +141,28 @@ def end_process(code: object) -> None:
             if status == 0:
                 status = BROKEN_PIPE_EXIT if stream is sys.stdout else 120
     os._exit(status & 0xFF)
+
+
+def output_failed(exc: OSError) -> bool:
+    """When `exc` was raised writing the command's output to stdout (click's `echo`, or the flush of the output
+    at a command's end; not a closed pipe, which ends quietly): say so in one line on stderr, stop writing to
+    stdout, and return True; else False (another file's error, for the caller to raise)."""
+    if isinstance(exc, BrokenPipeError) or exc.__traceback__ is None:
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    last = frames[-1]
+    if not (last.name == "echo" and last.filename.endswith(os.path.join("click", "utils.py"))
+            or last.name == "flush_output" and last.filename == __file__):
+        return False
+    _silence_broken_streams()
+    print(f"Error: cannot write the output to standard output: {exc.strerror or exc}", file=sys.stderr)
+    return True
+
+
+def flush_output() -> None:
+    """Flush what Python still buffers for stdout (its errors are the output's: `output_failed`)."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
 
 
 def _silence_broken_streams() -> None:

@@ -245,12 +245,14 @@ def test_clean_accepts_log_cleaner_threads(tmp_path):
 # ---- stopping: Ctrl-C and SIGTERM --------------------------------------------------------------------------
 
 @pytest.mark.skipif(launch.cores() < 2, reason="two threads clean at once only with two cores")
-@pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, False)],
-                         ids=["SIGINT", "SIGINT-to-the-process-group", "SIGTERM"])
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, False),
+                                             (signal.SIGHUP, True)],
+                         ids=["SIGINT", "SIGINT-to-the-process-group", "SIGTERM", "SIGHUP-of-a-closed-terminal"])
 def test_a_stop_signal_aborts_the_running_rounds_and_ends_as_before(tmp_path, signum, to_group):
     """Ctrl-C in a terminal signals the foreground process group: the command's, not its workers' (each has a
     group of its own), so the command decides, aborts every running round, its own and its workers', and ends
-    as it always did, with no traceback from a worker however early the signal comes."""
+    as it always did, with no traceback from a worker however early the signal comes. A closed terminal's SIGHUP
+    stops it as SIGTERM does (it killed the command outright before), and the command dies of it."""
     logs = tmp_path / "logs"
     for name in ("a-0", "b-0", "c-0"):
         generate_partition(logs / name, WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
@@ -265,13 +267,31 @@ def test_a_stop_signal_aborts_the_running_rounds_and_ends_as_before(tmp_path, si
         out, err = child.communicate(timeout=HANG_GUARD_S)
     if signum == signal.SIGINT:  # click's end of a Ctrl-C, as before the threads
         assert child.returncode == 1 and "Aborted!" in err, err
-    else:  # killed by the signal, as before the threads (143 in a shell)
-        assert child.returncode == -signal.SIGTERM, err
+    else:  # killed by the signal, as before the threads (143 or 129 in a shell)
+        assert child.returncode == -signum, err
     assert "Traceback" not in err
     assert out == ""  # no partition finished
     assert "c-0" not in held  # never taken
     assert all(_gone(pid) for pid in held.values())  # no worker outlives the command
     assert {p: p.read_bytes() for p in logs.rglob("*.log")} == before  # aborted: left as they were
+    assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap"))]
+
+
+def test_a_closed_terminals_sighup_mid_recopy_removes_the_rounds_files_before_the_command_dies_of_it(tmp_path):
+    """SIGHUP (the terminal closed) while a round writes its `.cleaned` segment: the round aborts and removes it,
+    the log is left as it was, and the command then dies of SIGHUP (it died at once before, leaving the file for
+    the next clean's recovery). `nohup` (SIGHUP ignored) keeps it running: not tested here."""
+    logs = tmp_path / "logs"
+    generate_partition(logs / "a-0", WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
+    before = {p: p.read_bytes() for p in logs.rglob("*.log")}
+    child = _start_slow_clean(logs, "--set", "log.cleaner.threads=1", bytes_per_second=2_000_000, new_session=True)
+    with _reaped(child):
+        _until(lambda: list(logs.rglob("*.cleaned")), "the round never wrote a .cleaned segment", child, every_s=0.005)
+        os.killpg(child.pid, signal.SIGHUP)
+        out, err = child.communicate(timeout=HANG_GUARD_S)
+    assert child.returncode == -signal.SIGHUP, err
+    assert "Traceback" not in err and out == ""
+    assert {p: p.read_bytes() for p in logs.rglob("*.log")} == before
     assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap"))]
 
 

@@ -114,6 +114,24 @@ def test_any_command_whose_reader_is_gone_before_it_writes_exits_141_without_a_w
     assert code == BROKEN_PIPE_EXIT
 
 
+@pytest.mark.parametrize("args", [
+    ["--help"], ["verify", "{log_dir}"], ["audit", "--json", "{partition}"], ["dump", "{segment}"],
+    ["clean", "--json", "{partition}"],
+])
+def test_any_command_whose_output_cannot_be_written_says_so_in_one_line_and_exits_1(tmp_path, args):
+    """stdout on /dev/full (every write fails with ENOSPC, as on a full disk): one line on stderr naming the
+    output, exit 1, never a traceback; a clean still cleaned (its work is done before it reports)."""
+    log_dir = tmp_path / "logs"
+    partition = kafka_like_partition(log_dir / "t-0", preallocate=False)
+    names = {"log_dir": log_dir, "partition": partition, "segment": partition / fmt.offset_file_name(0, fmt.LOG_SUFFIX)}
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run([*logcleaner_command(), *(a.format(**names) for a in args)], stdout=full,
+                              stderr=subprocess.PIPE, timeout=PIPE_TIMEOUT_S)
+    stderr = proc.stderr.decode()
+    assert stderr == "Error: cannot write the output to standard output: No space left on device\n", stderr
+    assert proc.returncode == 1
+
+
 def test_a_command_that_is_not_cut_short_still_exits_as_before(tmp_path):
     partition = kafka_like_partition(tmp_path / "logs" / "t-0", preallocate=False)
     result = run("verify", "--json", str(partition))
