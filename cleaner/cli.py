@@ -555,9 +555,12 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
         sys.exit(exc.exit_code)
     clock = now_ms if now_ms is not None else int(time.time() * 1000)
 
+    bar: _Bar | _NoBar = _NoBar()
+
     def report(summary: dict) -> None:  # in the order of the partitions' names, each once it and those before are done
         nonlocal failed
         failed |= summary["status"] == "failed"
+        bar.clear_line()  # the line goes where the bar was; the bar is drawn again below it at its next update
         if as_json:
             click.echo(json.dumps(summary))
         else:  # a partition that failed is reported on stderr, as audit does
@@ -575,7 +578,7 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     # On log.cleaner.threads threads, the largest dirty section first. Ctrl-C, SIGTERM or a terminal's SIGHUP stops
     # taking partitions and aborts the running rounds at their next window; then Ctrl-C ends as before
     # ("Aborted!", exit 1) and SIGTERM or SIGHUP kills the process with that signal (143, 129).
-    bar = click.progressbar(length=max(total * 3, 1), label="cleaning", file=sys.stderr) if show_bar else _NoBar()
+    bar = _Bar(total) if show_bar else _NoBar()
     with bar, _SigtermStopsCleaning():
         clean_planned(plan, loaded.settings.cleaner, now_ms=clock, report=lambda outcome: report(outcome.summary()),
                       throttle_for=throttles.for_path,
@@ -838,6 +841,40 @@ class _NoBar:
 
     def update(self, n: int) -> None:
         pass  # no terminal: no progress bar
+
+    def clear_line(self) -> None:
+        pass
+
+
+class _Bar:
+    """`clean`'s progress bar on a terminal's stderr: the bytes read and written against twice the logs' size (a
+    round reads its log twice, survey and recopy, and writes a fraction), never past 99% until the clean is done,
+    then 100%; no time estimate (a first run compiles the kernels first). `clear_line` blanks it before a
+    partition's line is printed, so the line is not written over the bar."""
+
+    def __init__(self, total_bytes: int) -> None:
+        self.length = max(2 * total_bytes, 1)
+        self.done = 0
+        self.bar = click.progressbar(length=self.length, label="cleaning", file=sys.stderr, show_eta=False)
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.bar.update(self.length - self.done)
+        return self.bar.__exit__(exc_type, exc, tb)
+
+    def update(self, n: int) -> None:
+        step = min(n, self.length * 99 // 100 - self.done)
+        if step > 0:
+            self.done += step
+            self.bar.update(step)
+
+    def clear_line(self) -> None:
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
 
 
 def _describe(s: dict, show_policy: bool = False) -> str:

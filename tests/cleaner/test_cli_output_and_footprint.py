@@ -229,3 +229,40 @@ def test_a_reader_creates_no_swap_lock_but_still_waits_for_a_swap_where_the_file
         swap.release()
     assert opened.wait(timeout=30)
     reader.join(timeout=30)
+
+
+# ---- the progress bar on a terminal ------------------------------------------------------------------------------
+
+
+def test_on_a_terminal_the_bar_reaches_100_and_no_partition_line_is_written_over_it(tmp_path):
+    """`clean` with stdout and stderr on a terminal (a pty) and more than 64 MB to clean draws its bar: each
+    partition's line starts on a blanked line (never after the bar's text), and the bar ends at 100%."""
+    import pty
+
+    log_dir = tmp_path / "logs"
+    for name, seed in (("a-0", 1), ("b-0", 2)):
+        generate_partition(log_dir / name, WorkloadSpec(records=35_000, keys=500, value_bytes=1000,
+                                                        records_per_batch=500, segment_bytes=8 << 20, seed=seed))
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([*logcleaner_command(), "clean", "--set", "cleanup.policy=compact", "--now-ms",
+                             "1800000000000", str(log_dir)], stdout=terminal, stderr=terminal, stdin=subprocess.DEVNULL)
+    os.close(terminal)
+    seen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the last holder of the terminal closed it
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(controller)
+        code = proc.wait(timeout=PIPE_TIMEOUT_S)
+    text = seen.decode(errors="replace")
+    assert code == 0, text
+    assert "cleaning" in text and "100%" in text.rsplit("cleaning", 1)[1], text[-300:]
+    for name in ("a-0", "b-0"):
+        before = text[: text.index(f"{name}: cleaned")]
+        assert before.endswith("\r\x1b[K"), repr(before[-80:])  # the bar's line blanked first
