@@ -24,7 +24,15 @@ from segments.partition.log import PartitionLog
 from segments.tools.verify import verify_paths
 
 from .builders import DAY_MS, T0, clean, random_log
-from .test_round_safety import build_log, latest_per_key, read_all, run_round, snapshot, temp_files
+from .test_round_safety import (
+    build_log,
+    latest_per_key,
+    read_all,
+    reference_round,
+    run_round,
+    snapshot,
+    temp_files,
+)
 
 TIMINGS = {"elapsed_s", "survey_s", "index_s", "recopy_s", "verify_s"}
 SMALL_GROUPS = {"segment.bytes": 400}  # a group a segment or two: many groups, many runs
@@ -117,13 +125,7 @@ class _FullDiskAt(FileOps):
 
 @pytest.mark.parametrize("threads", [1, 3])
 def test_a_group_that_fails_leaves_the_groups_before_it_swapped_and_every_later_one_as_it_was(tmp_path, threads):
-    reference = tmp_path / "reference" / "t-0"
-    build_log(reference)
-    old = read_all(reference)
-    run_round(reference)
-    new = read_all(reference)
-    with PartitionLog.open(reference, mode="reader") as log:
-        new_bases = [s.base_offset for s in log.segments]
+    old, new, new_bases = reference_round(tmp_path)
     victim = new_bases[3]  # the fourth group's output segment starts at its first segment's base
     d = tmp_path / "t-0"
     build_log(d)

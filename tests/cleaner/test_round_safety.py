@@ -137,16 +137,22 @@ def count_round_renames(tmp_path) -> int:
     return ops.renames
 
 
-@pytest.mark.slow
-def test_crash_at_every_swap_rename_of_a_multi_group_round_leaves_each_group_old_or_new(tmp_path):
-    total = count_round_renames(tmp_path)
+def reference_round(tmp_path):
+    """A one-thread round of `build_log`'s log: its records before and after, and the cleaned segments' bases (one
+    a group)."""
     reference = tmp_path / "reference" / "t-0"
     build_log(reference)
     old = read_all(reference)
     run_round(reference)
     new = read_all(reference)
     with PartitionLog.open(reference, mode="reader") as log:
-        new_bases = [s.base_offset for s in log.segments]
+        return old, new, [s.base_offset for s in log.segments]
+
+
+@pytest.mark.slow
+def test_crash_at_every_swap_rename_of_a_multi_group_round_leaves_each_group_old_or_new(tmp_path):
+    total = count_round_renames(tmp_path)
+    old, new, new_bases = reference_round(tmp_path)
     assert total > 20
     for crash_at in range(0, total, max(1, total // 40)):
         d = tmp_path / f"crash{crash_at}" / "t-0"
