@@ -72,10 +72,10 @@ def recopy_groups(
 ) -> None:
     """Recopy every group (`cleaner.recopy.clean_group`) and call `swap(group, cleaned)` for each, in log order,
     on this thread (`cleaned` is None when there is nothing to swap: a dry run, a group unchanged). `stats`
-    collects every group's counters; `ring` serves this thread's reads, `more_rings` the other threads' (new ones
-    where there are fewer). With `threads` > 1, independent runs of
-    groups are recopied at once (module docstring). Raises the first error in log order, after every other
-    recopy thread has stopped and removed its files; the groups before it are swapped."""
+    collects every group's counters. With `threads` > 1, independent runs of groups are recopied at once (module
+    docstring), `ring` and `more_rings` serving the threads' reads (new rings where there are fewer). Raises the
+    first error in log order, after every other recopy thread has stopped and removed its files; the groups
+    before it are swapped."""
     runs = independent_runs(groups, ctx.survey, ctx.txn_data_written is not None) if threads > 1 else []
     if len(runs) < 2:
         for group in groups:

@@ -8,7 +8,7 @@ same for both callers:
   `log.cleaner.threads` (`offsetmap.per_thread_memory_bytes`), filled up to `log.cleaner.io.buffer.load.factor`;
 * `launch_round`: at most one round a core at once in the process (`CORES`: further threads wait for one;
   `core()` lets a caller hold its core over the partition's other work too: opening it, retention;
-  `spare_cores()` the free ones besides, on which a round alone recopies its groups);
+  `spare_cores()` the free ones besides, on which a round alone surveys and recopies its log);
   the clock read once, at the start; one `cleaner.round.clean_round` with
   `producer.id.expiration.ms` and `log.cleaner.verify`, every read and write charged beforehand to the I/O
   throttle of the partition's device (whose wait ends with the caller's abort check); then the round's
@@ -150,8 +150,8 @@ _CORE_WAIT_S = 0.1
 @contextmanager
 def spare_cores(wanted: int) -> Iterator[int]:
     """Up to `wanted` more of `CORES`, taken without waiting, held for the block; yields how many were free. A
-    round with nothing else to run beside it recopies its groups on them (`clean_round`'s `recopy_threads`), and
-    a thread that wants a core meanwhile waits for the round's end."""
+    round with nothing else to run beside it surveys and recopies its log on them (`clean_round`'s
+    `recopy_threads`), and a thread that wants a core meanwhile waits for the round's end."""
     taken = 0
     try:
         while taken < wanted and CORES.acquire(blocking=False):

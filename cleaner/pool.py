@@ -9,9 +9,9 @@ itself (under the throttle, its survivorship recorded after it) are `cleaner.lau
 `log.retention.check.interval.ms` across the threads, a thread runs the retention pass over every log
 (`cleaner.retention`: the `delete` policy, and segments below the log start); a `compact,delete` log also
 gets it right after each of its rounds, as in Kafka. A thread with nothing to clean does the idle-log
-maintenance (`cleaner.idle`) and waits `log.cleaner.backoff.ms`, lending its core meanwhile: a round started while
-threads are idle takes their free cores (`launch.spare_cores`) and recopies its groups on them. With `log.cleaner.enable` false the threads
-only run retention, as Kafka's log manager does without a cleaner. Every read and write of a round is
+maintenance (`cleaner.idle`) and waits `log.cleaner.backoff.ms`, lending its core meanwhile: a round started
+while threads are idle takes their free cores (`launch.spare_cores`) to survey and recopy its log on them. With
+`log.cleaner.enable` false the threads only run retention, as Kafka's log manager does without a cleaner. Every read and write of a round is
 charged, before it is done, to the budget of the log dir's device (`cleaner.throttle`); a thread waiting
 there wakes at once when the pool stops. Outcomes:
 
