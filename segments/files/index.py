@@ -384,6 +384,13 @@ class _EntryFile:
         self._n = None
         self._closed = True
 
+    def discard(self) -> None:
+        """Close without writing what is not yet in the file (its file is about to be removed). Idempotent."""
+        self._cols = {}
+        self._n = None
+        self._dirty = False
+        self._closed = True
+
     def delete(self) -> None:
         """Close without writing and remove the file (an absent file is fine)."""
         self._cols = {}

@@ -771,8 +771,14 @@ class LogSegment:
             self._fd = -1
 
     def delete_files(self) -> None:
-        """Close and remove every file of this segment (with its current suffix)."""
-        self.close()
+        """Close and remove every file of this segment (with its current suffix). Its indexes' unwritten entries
+        are dropped, not written first: on a full disk that write would fail, and its files would stay."""
+        if self._fd >= 0:
+            for index in (self._offset_index, self._time_index, self._txn_index):
+                if index is not None:
+                    index.discard()
+            os.close(self._fd)
+            self._fd = -1
         for path in self.paths.all():
             self.file_ops.remove(path)
 

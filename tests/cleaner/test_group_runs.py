@@ -112,19 +112,30 @@ def test_the_threads_recopy_groups_at_the_same_time(tmp_path):
 
 
 class _FullDiskAt(FileOps):
-    """ENOSPC on the first write to the `.cleaned` log file of the group starting at `base`."""
+    """The disk fills at the `writes`-th write (0-based) to a `.cleaned` file of the group starting at `base`: from
+    then on every write fails with ENOSPC."""
 
-    def __init__(self, base: int) -> None:
-        self.name = f"{base:020d}.log.cleaned"
+    def __init__(self, base: int, writes: int = 0) -> None:
+        self.prefix = f"{base:020d}."
+        self.writes_left = writes
+        self.full = False
 
     def pwrite_all(self, fd, data, position) -> None:
-        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")) == self.name:
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if not self.full and name.startswith(self.prefix) and name.endswith(".cleaned"):
+            self.full = self.writes_left == 0
+            self.writes_left -= 1
+        if self.full:
             raise OSError(errno.ENOSPC, "No space left on device (test)")
         super().pwrite_all(fd, data, position)
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-def test_a_group_that_fails_leaves_the_groups_before_it_swapped_and_every_later_one_as_it_was(tmp_path, threads):
+@pytest.mark.parametrize("writes", [0, 1], ids=["at-its-first-write", "at-its-index-after-its-records"])
+def test_a_group_that_fails_leaves_the_groups_before_it_swapped_and_every_later_one_as_it_was(tmp_path, threads,
+                                                                                              writes):
+    """A full disk in the fourth group, at its first write or at its index once its records are written: nothing
+    of it is left behind (removing it must not write its index entries first, which fails on a full disk)."""
     old, new, new_bases = reference_round(tmp_path)
     victim = new_bases[3]  # the fourth group's output segment starts at its first segment's base
     d = tmp_path / "t-0"
@@ -132,7 +143,7 @@ def test_a_group_that_fails_leaves_the_groups_before_it_swapped_and_every_later_
     with PartitionLog.open(d, mode="reader") as log:
         later = {s.paths.log.name: s.paths.log.read_bytes() for s in log.segments if s.base_offset >= victim}
     with pytest.raises(OSError) as info:
-        run_round(d, file_ops=_FullDiskAt(victim), recopy_threads=threads)
+        run_round(d, file_ops=_FullDiskAt(victim, writes), recopy_threads=threads)
     assert info.value.errno == errno.ENOSPC
     assert temp_files(d) == []
     assert not verify_paths([d]).problems
