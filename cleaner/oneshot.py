@@ -423,8 +423,9 @@ def clean_planned(
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
 ) -> None:
     """Clean every planned partition (`clean_partition`, by its log dir's settings and its policy) on
-    `cleaner.threads` threads, each with its own offset map (`launch.thread_offset_map`: the thread's share of
-    `log.cleaner.dedupe.buffer.size`), reused from partition to partition, each taking the next partition, the
+    `cleaner.threads` threads, each with its own offset map (`launch.thread_offset_map`: its share of
+    `log.cleaner.dedupe.buffer.size` among the threads that run, at most one a partition and one a core; threads
+    left over recopy the partitions' groups), reused from partition to partition, each taking the next partition, the
     largest dirty section first (`dirty_section_bytes`). `throttle_for(directory)` is the I/O budget of the
     partition's device, shared by the threads. At most one thread a core (`launch.cores`); the first cleans in
     this process, each other one in its worker process (`cleaner.workers`; `LOGCLEANER_WORKERS=threads`: here
@@ -443,6 +444,9 @@ def clean_planned(
     # threads beyond one a partition recopy the groups of a partition's rounds (`cleaner.group_runs`): fewer
     # partitions than threads still use them
     recopy_threads = max(1, min(cleaner.threads, launch.cores()) // max(1, len(plan)))
+    # The dedupe buffer is shared by the threads that clean partitions at once: a thread with no partition of its
+    # own indexes nothing, so its share would be lost (one partition on two threads: half the map, more rounds).
+    cleaner = dataclasses.replace(cleaner, threads=max(1, workers_wanted))
     # The first thread cleans in this process; each other one in a worker process of its own (`cleaner.workers`:
     # no GIL shared with the others), started first, while this process has no other thread, as a fork of it,
     # with its modules imported (a new interpreter would take 0.2-0.3 s to start: bench/RESULTS.md).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import shutil
 import threading
@@ -193,7 +194,8 @@ def test_spare_cores_takes_only_free_cores_and_gives_them_back(monkeypatch):
 
 def test_clean_with_two_threads_and_one_partition_recopies_it_on_both(tmp_path, monkeypatch):
     """`clean LOGDIR` with more threads than partitions gives each partition's rounds the threads left over
-    (at most the cores); with threads=1, one."""
+    (at most the cores); with threads=1, one. The one partition's map is the whole dedupe buffer either way (a
+    buffer of 20 slots: half of it would need more rounds for the log's 15 keys), so the files are the same."""
     from click.testing import CliRunner
 
     from cleaner import cli
@@ -210,17 +212,19 @@ def test_clean_with_two_threads_and_one_partition_recopies_it_on_both(tmp_path, 
     monkeypatch.setattr(round_module, "recopy_groups", recorded)
     logs = tmp_path / "logs"
     build_log(logs / "t-0")
-    files = {}
+    files, rounds = {}, {}
     for threads in (1, 2):
         run = tmp_path / f"threads-{threads}"
         shutil.copytree(logs, run)
         result = CliRunner().invoke(cli.main, [
             "clean", str(run), "--now-ms", str(1_800_000_000_000), "--set", "cleanup.policy=compact",
             "--set", "segment.bytes=3000", "--set", f"log.cleaner.threads={threads}",
-            "--set", f"log.cleaner.dedupe.buffer.size={threads * (1 << 20)}"])
+            "--set", f"log.cleaner.dedupe.buffer.size={24 * 20}", "--json"])
         assert result.exit_code == 0, result.output
         files[threads] = snapshot(run / "t-0")
-    assert asked == [1, 2]
+        rounds[threads] = [json.loads(line)["rounds"] for line in result.output.splitlines() if line.startswith("{")]
+    assert asked[0] == 1 and set(asked[1:]) == {2}
+    assert rounds[2] == rounds[1] == [1]
     assert files[2] == files[1]
 
 
