@@ -310,6 +310,9 @@ class CleanerPool:
             # one of this process's cores held for it (`launch.core`): threads past the cores wait here too; and
             # the free cores of the threads with nothing to do
             with launch.core(check_abort), launch.spare_cores(lenders) as spare:
+                if spare:
+                    log.info("cleaning dir=%s on %d threads: %d idle thread(s) lent their cores", directory, 1 + spare,
+                             spare)
                 if worker is not None:  # the same, in this thread's worker process; its errors raised here
                     result, retention = worker.call(
                         "cleaner.pool:round_job",
