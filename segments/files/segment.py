@@ -762,10 +762,13 @@ class LogSegment:
         self.paths = new_paths
         self.suffix = new_suffix
 
-    def close(self) -> None:
+    def close(self, *, discard: bool = False) -> None:
+        """Close the log file and the indexes, writing their unwritten entries first unless `discard`."""
         if self._fd >= 0:
             for index in (self._offset_index, self._time_index, self._txn_index):
-                if index is not None:
+                if index is not None and discard:
+                    index.discard()
+                elif index is not None:
                     index.close()
             os.close(self._fd)
             self._fd = -1
@@ -773,12 +776,7 @@ class LogSegment:
     def delete_files(self) -> None:
         """Close and remove every file of this segment (with its current suffix). Its indexes' unwritten entries
         are dropped, not written first: on a full disk that write would fail, and its files would stay."""
-        if self._fd >= 0:
-            for index in (self._offset_index, self._time_index, self._txn_index):
-                if index is not None:
-                    index.discard()
-            os.close(self._fd)
-            self._fd = -1
+        self.close(discard=True)
         for path in self.paths.all():
             self.file_ops.remove(path)
 
