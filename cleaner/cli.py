@@ -579,7 +579,7 @@ def clean(paths, config_path, server_properties, set_values, now_ms, from_offset
     # taking partitions and aborts the running rounds at their next window; then Ctrl-C ends as before
     # ("Aborted!", exit 1) and SIGTERM or SIGHUP kills the process with that signal (143, 129).
     bar = _Bar(total) if show_bar else _NoBar()
-    with bar, _SigtermStopsCleaning():
+    with bar, _StopSignalsStopCleaning():
         clean_planned(plan, loaded.settings.cleaner, now_ms=clock, report=lambda outcome: report(outcome.summary()),
                       throttle_for=throttles.for_path,
                       forced_from=from_offset, forced_to=to_offset, dry_run=dry_run, once=once,
@@ -628,7 +628,7 @@ def _clean_on_spark(plan, cleaner, *, master: str, spark_conf: dict[str, str], s
     try:
         # Ctrl-C or SIGTERM: the job cancelled, Spark stopped (its JVM killed), the planned partitions recovered,
         # then the command ends as `clean` does ("Aborted!" for Ctrl-C, the signal's own status for SIGTERM).
-        with _SigtermStopsCleaning():
+        with _StopSignalsStopCleaning():
             try:
                 try:
                     spark = get_session(master, app_name=f"logcleaner clean ({len(plan)} partitions)",
@@ -733,7 +733,7 @@ class _Terminated(BaseException):
         self.signum = signum
 
 
-class _SigtermStopsCleaning:
+class _StopSignalsStopCleaning:
     """While cleaning, SIGTERM, and SIGHUP unless it is ignored (`nohup`), raise `_Terminated` in the main thread
     (only there may a handler be set); once the cleaning has stopped, the process dies of that signal, with the
     status it always had (143 or 129 in a shell). A closed terminal thus stops `clean` as SIGTERM does: the
@@ -989,7 +989,7 @@ def ingest(source, topic, partitions, key_column, value_column, value_format, ou
         # Ctrl-C or SIGTERM: the job cancelled, Spark stopped (its JVM killed), the staging removed, then the
         # command ends as `clean` does ("Aborted!" for Ctrl-C, the signal's own status for SIGTERM); during the
         # commit, held until it has finished (the rows are then written: said, exit 0).
-        with _SigtermStopsCleaning(hangup=False), _IngestSignals() as signals:
+        with _StopSignalsStopCleaning(hangup=False), _IngestSignals() as signals:
             try:
                 try:
                     with signals.failures_as_the_signal():

@@ -13,7 +13,8 @@ decoded by the later phases: the index phase decodes the dirty section before an
 phase the clean section group by group.
 
 One pass over the headers (`segments.codec.scan` with `headers_only`, read and checked on a read-ahead thread,
-or on one a spare core for as many segments at once, taken in offset order: `segments.files.readahead`); the records of control batches are decoded in full by a compiled kernel
+or, for a round given three threads or more, on all of them but its own, a segment each, taken in offset order:
+`segments.files.readahead`); the records of control batches are decoded in full by a compiled kernel
 (`segments.codec.control`; the Python decoder only for a batch it leaves undecided, which reports a fault), legacy
 wrappers, which are rare, by a scan of their own. Producers and transactions are tracked with numpy per window
 and producer, never per batch. This is the round's only CRC check: the index and recopy phases read the same
