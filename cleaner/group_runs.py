@@ -5,9 +5,9 @@ but for one figure carried from group to group: per producer, the data batches o
 written so far (`RecopyContext.txn_data_written`), by which a COMMIT/ABORT marker may go only when its
 transaction keeps none. A group boundary that some closed transaction spans (first data below it, marker at or
 above it) therefore joins its two groups into one *run*, recopied in order on one thread; runs start with no
-transaction open in the carried figure, as the sequential recopy finds them (`independent_runs`). With
-`threads` > 1 and two runs or more, runs are recopied on that many threads (the kernels release the GIL for a
-window's work), each with read buffers of its own, at most `threads` groups ahead of the last swap (bounding the
+transaction open in the carried figure, as the sequential recopy finds them (`independent_runs`). Given
+`threads` read buffers (rings) and two runs or more, runs are recopied on that many threads, one ring each (the
+kernels release the GIL for a window's work), at most `threads` groups ahead of the last swap (bounding the
 disk a round holds in `.cleaned` files); the round's thread swaps each group in as soon as it and every group
 before it are written, so the log goes from old to new group by group in log order exactly as with one thread,
 and the output is byte for byte the same. A group that fails stops the others at their next window: the groups
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from segments.partition.log import PartitionLog
 
 from .errors import CleanerError
 from .recopy import RecopyContext, RecopyStats, clean_group
-from .survey import WINDOW_BYTES, LogSurvey
+from .survey import LogSurvey
 
 __all__ = ["independent_runs", "recopy_groups"]
 
@@ -63,29 +63,24 @@ def recopy_groups(
     stats: RecopyStats,
     swap: Callable[[list[LogSegment], LogSegment | None], None],
     *,
-    threads: int = 1,
+    rings: Sequence[WindowRing],
     check_abort: Callable[[], None] = lambda: None,
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
-    ring: WindowRing,
-    more_rings: tuple[WindowRing, ...] = (),
     charge_io: Callable[[int], None] = lambda n: None,
 ) -> None:
     """Recopy every group (`cleaner.recopy.clean_group`) and call `swap(group, cleaned)` for each, in log order,
     on this thread (`cleaned` is None when there is nothing to swap: a dry run, a group unchanged). `stats`
-    collects every group's counters. With `threads` > 1, independent runs of groups are recopied at once (module
-    docstring), `ring` and `more_rings` serving the threads' reads (new rings where there are fewer). Raises the
+    collects every group's counters. Each of `rings` (read buffers) serves one thread: with more than one,
+    independent runs of groups are recopied at once (module docstring), `rings[0]` on one thread alone. Raises the
     first error in log order, after every other recopy thread has stopped and removed its files; the groups
     before it are swapped."""
-    runs = independent_runs(groups, ctx.survey, ctx.txn_data_written is not None) if threads > 1 else []
+    runs = independent_runs(groups, ctx.survey, ctx.txn_data_written is not None) if len(rings) > 1 else []
     if len(runs) < 2:
         for group in groups:
-            swap(group, clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes, ring=ring,
-                                    charge_io=charge_io))
+            swap(group, clean_group(log_, group, ctx, stats, check_abort=check_abort, on_bytes=on_bytes,
+                                    ring=rings[0], charge_io=charge_io))
         return
-    threads = min(threads, len(runs))
-    rings = [ring, *more_rings[: threads - 1]]
-    rings += [WindowRing(WINDOW_BYTES) for _ in range(threads - len(rings))]
-    _Parallel(log_, groups, runs, ctx, rings, check_abort, on_bytes, charge_io).run(stats, swap)
+    _Parallel(log_, groups, runs, ctx, rings[: len(runs)], check_abort, on_bytes, charge_io).run(stats, swap)
 
 
 class _Parallel:

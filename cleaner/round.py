@@ -272,8 +272,8 @@ def clean_round(
             verify_s += time.monotonic() - t
         log_.replace_segments([cleaned], group)
 
-    recopy_groups(log_, groups, ctx, stats, swap, threads=recopy_threads, check_abort=check_abort, on_bytes=on_bytes,
-                  ring=ring, more_rings=more_rings, charge_io=charge_io)
+    recopy_groups(log_, groups, ctx, stats, swap, rings=(ring, *more_rings), check_abort=check_abort,
+                  on_bytes=on_bytes, charge_io=charge_io)
     if not dry_run:
         # A pass over the clean section alone leaves the checkpoint where it was: then it is not rewritten.
         if index.end_offset != (rng.first_dirty if rng.checkpoint_was_reset else checkpoint):

@@ -205,9 +205,9 @@ def test_clean_with_two_threads_and_one_partition_recopies_it_on_both(tmp_path, 
     asked = []
     real = round_module.recopy_groups
 
-    def recorded(*args, threads=1, **kwargs):
-        asked.append(threads)
-        return real(*args, threads=threads, **kwargs)
+    def recorded(*args, rings, **kwargs):
+        asked.append(len(rings))
+        return real(*args, rings=rings, **kwargs)
 
     monkeypatch.setattr(round_module, "recopy_groups", recorded)
     logs = tmp_path / "logs"
