@@ -54,6 +54,7 @@ STATUS_FULL = 2  # a new key did not fit under the fill limit; nothing was writt
 
 _BUCKET_WORDS = BUCKET_SLOTS * WORDS_PER_SLOT
 _LINE_WORDS = 8  # 64-byte cache line / 8-byte word
+_SPARSE_FILL_DIVISOR = 5  # below 1/5 of the probed slots filled, an insert prefetches two lines a bucket, not three
 _LITTLE_ENDIAN = sys.byteorder == "little"  # compile-time constant: word loads need no byte swap
 
 # MurmurHash3_x64_128 constants (Austin Appleby, public domain reference implementation).
@@ -297,21 +298,31 @@ def _bucket_of(hash_word, buckets_choice):
 
 
 @compiled.njit(inline="always")
-def _prefetch_bucket(table, bucket):
-    # All three lines of the bucket. Prefetching only the lines a scan is likely to reach at the current fill
-    # measured slower at 50% and 90% fill (a miss in the second line then costs a full round trip). The word
-    # index is clamped so the short tail bucket never forms an address past the table.
+def _prefetch_bucket(table, bucket, lines):
+    # The first `lines` (2 or 3) lines of the bucket. The index is clamped so the short tail bucket never forms an
+    # address past the table.
     word = bucket * _BUCKET_WORDS
     last = table.size - 1
     _prefetch(table, word)
     _prefetch(table, min(word + _LINE_WORDS, last))
-    _prefetch(table, min(word + 2 * _LINE_WORDS, last))
+    if lines > 2:
+        _prefetch(table, min(word + 2 * _LINE_WORDS, last))
 
 
 @compiled.njit(inline="always")
-def _prefetch_key(table, buckets_choice, a, b):
-    _prefetch_bucket(table, _bucket_of(a, buckets_choice))
-    _prefetch_bucket(table, _bucket_of(b, buckets_choice))
+def _prefetch_key(table, buckets_choice, a, b, lines):
+    _prefetch_bucket(table, _bucket_of(a, buckets_choice), lines)
+    _prefetch_bucket(table, _bucket_of(b, buckets_choice), lines)
+
+
+@compiled.njit(inline="always")
+def _prefetch_lines(size, slots):
+    """How many lines of each candidate bucket an insert prefetches, from the fill of the probed slots. Below a
+    fifth full, a bucket holds under two keys on average and a scan almost never reaches its third line (slot 5
+    on): two lines. W2's 1 M keys in the 8.9 M slots its offset span sizes (11%) inserted 32% faster so (63 → 43
+    ns an insert, bench/RESULTS.md). At a quarter full they measured alike; from half full, fewer lines measured
+    slower (a miss in the last line then costs a full round trip): three."""
+    return 2 if size * _SPARSE_FILL_DIVISOR < slots else 3
 
 
 @compiled.njit(inline="always")
@@ -406,12 +417,13 @@ def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, si
     """
     n = h1.size
     track = previous.size > 0
+    lines = _prefetch_lines(size, slots)
     for j in range(min(n, PREFETCH_DISTANCE)):
-        _prefetch_key(table, buckets_choice, h1[j], h2[j])
+        _prefetch_key(table, buckets_choice, h1[j], h2[j], lines)
     for i in range(n):
         j = i + PREFETCH_DISTANCE
         if j < n:
-            _prefetch_key(table, buckets_choice, h1[j], h2[j])
+            _prefetch_key(table, buckets_choice, h1[j], h2[j], lines)
         a = h1[i]
         b = h2[i]
         found, free = _find(table, slots, buckets_choice, buckets_all, a, b)
@@ -434,12 +446,13 @@ def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, si
 def lookup_hashes(table, slots, buckets_choice, buckets_all, h1, h2, out):
     """out[i] = offset stored for (h1[i], h2[i]) or -1."""
     n = h1.size
+    lines = 3  # the fill is not known here
     for j in range(min(n, PREFETCH_DISTANCE)):
-        _prefetch_key(table, buckets_choice, h1[j], h2[j])
+        _prefetch_key(table, buckets_choice, h1[j], h2[j], lines)
     for i in range(n):
         j = i + PREFETCH_DISTANCE
         if j < n:
-            _prefetch_key(table, buckets_choice, h1[j], h2[j])
+            _prefetch_key(table, buckets_choice, h1[j], h2[j], lines)
         out[i] = _lookup_one(table, slots, buckets_choice, buckets_all, h1[i], h2[i])
 
 
@@ -462,6 +475,7 @@ def insert_spans(
     a ring of PREFETCH_DISTANCE entries.
     """
     n = key_pos.size
+    lines = _prefetch_lines(size, slots)
     ring_h1 = np.empty(PREFETCH_DISTANCE, np.uint64)
     ring_h2 = np.empty(PREFETCH_DISTANCE, np.uint64)
     for j in range(min(n, PREFETCH_DISTANCE)):
@@ -469,7 +483,7 @@ def insert_spans(
         ring_h1[j] = a
         ring_h2[j] = b
         if key_len[j] >= 0:
-            _prefetch_key(table, buckets_choice, a, b)
+            _prefetch_key(table, buckets_choice, a, b, lines)
     for i in range(n):
         r = i % PREFETCH_DISTANCE
         a = ring_h1[r]
@@ -480,7 +494,7 @@ def insert_spans(
             ring_h1[r] = a_next
             ring_h2[r] = b_next
             if key_len[j] >= 0:
-                _prefetch_key(table, buckets_choice, a_next, b_next)
+                _prefetch_key(table, buckets_choice, a_next, b_next, lines)
         if key_len[i] < 0:
             continue
         found, free = _find(table, slots, buckets_choice, buckets_all, a, b)
@@ -498,6 +512,7 @@ def insert_spans(
 def lookup_spans(table, slots, buckets_choice, buckets_all, buf, key_pos, key_len, seed_word, out):
     """out[i] = offset stored for the key at span i, or -1 (always -1 for a null key); pipelined as insert_spans."""
     n = key_pos.size
+    lines = 3  # the fill is not known here
     ring_h1 = np.empty(PREFETCH_DISTANCE, np.uint64)
     ring_h2 = np.empty(PREFETCH_DISTANCE, np.uint64)
     for j in range(min(n, PREFETCH_DISTANCE)):
@@ -505,7 +520,7 @@ def lookup_spans(table, slots, buckets_choice, buckets_all, buf, key_pos, key_le
         ring_h1[j] = a
         ring_h2[j] = b
         if key_len[j] >= 0:
-            _prefetch_key(table, buckets_choice, a, b)
+            _prefetch_key(table, buckets_choice, a, b, lines)
     for i in range(n):
         r = i % PREFETCH_DISTANCE
         a = ring_h1[r]
@@ -516,7 +531,7 @@ def lookup_spans(table, slots, buckets_choice, buckets_all, buf, key_pos, key_le
             ring_h1[r] = a_next
             ring_h2[r] = b_next
             if key_len[j] >= 0:
-                _prefetch_key(table, buckets_choice, a_next, b_next)
+                _prefetch_key(table, buckets_choice, a_next, b_next, lines)
         if key_len[i] < 0:
             out[i] = -1
         else:
