@@ -228,6 +228,8 @@ def _warm_up_logs(root: Path) -> list[Path]:
 
 def _warm_up() -> None:
     """Compile every kernel a round runs (the child's work)."""
+    import numpy as np
+
     from offsetmap import OffsetMap
     from segments.codec import _crc_kernels
     from segments.files.readahead import WindowRing
@@ -245,6 +247,10 @@ def _warm_up() -> None:
                 with PartitionLog.open(part, mode="cleaner") as log_:
                     clean_round(log_, topic, OffsetMap(1 << 20), now_ms=_NOW_MS, seed=7, verify=verify,
                                 force_recopy=True, ring=WindowRing(WINDOW_BYTES))
+    grown = OffsetMap(1 << 24)  # a region that doubles (`OffsetMap._grow_if_due`): more keys than its first holds
+    grown.reset(7, expected_keys=200_000)
+    keys = np.arange(1, 50_001, dtype=np.uint64)
+    grown.insert_hashes(keys * np.uint64(0x9E37_79B9_7F4A_7C15), keys, np.arange(50_000, dtype=np.int64))
     chosen = _crc_kernels.variant()
     for name in _crc_kernels.VARIANTS:  # the variant not chosen here is chosen by LOGCLEANER_CRC32C
         try:

@@ -43,6 +43,14 @@ Per round, `reset(seed, expected_keys)` may narrow the probing to the first `act
 `expected_keys` new keys under the load factor (the cleaner passes the dirty section's offset span, an upper
 bound on its keys): a round over a small dirty section then touches a small part of the table, its probes stay
 in fewer pages, and it admits at least `expected_keys` keys, so it stops no earlier than with the whole table.
+Within that part, keys first go to a region of `_REGION_START_SLOTS` slots, which doubles (its keys moved by the
+`rehash` kernel, through the slots just past the new region) each time it is half full, until it is the whole
+active part. The offset span overstates the keys of a log that updates its keys (W2: 8 M records of 1 M keys
+size an 8.9 M-slot part, 213 MB): the pages a fresh process first touches cost ~1 ms per MB on the bench
+machine, 0.2 s of W2's survey, where the keys need 1-2 M slots. The region only grows while the keys of its
+next doubling can pass beyond the active part; a part with no room past it (the whole table) is used whole
+from the start, as before. The fill limit is always the active part's: which keys a round admits, and where
+it stops, do not depend on the region, only where the keys sit in the table does.
 `slots`, `capacity` and `utilization` describe the whole table whatever the active part (utilization is what
 tells an operator whether the dedupe buffer is big enough). Apart from the arrays a caller passes in and the
 lookup results it asks for, calls allocate only a fixed 256-byte ring.
@@ -81,6 +89,10 @@ PER_THREAD_MEMORY_BYTES_MAX = 2**31 - 1  # Kafka caps each thread's share of the
 SLOTS_MAX = 2**32 - 1  # bucket choice reduces 32 hash bits; ~103 GB, far above any per-thread budget
 _TABLE_ALIGN_BYTES = 64
 _NO_PREVIOUS = np.empty(0, dtype=np.int64)  # insert_hashes' "track nothing"
+# A round's probed part starts at this many slots (1.5 MiB) and doubles whenever it is half full (see the module
+# docstring): a round touches memory for the keys it finds, not for the records it may find.
+_REGION_START_SLOTS = 1 << 16
+_GROW_DIVISOR = 2
 
 
 def per_thread_memory_bytes(dedupe_buffer_bytes: int, threads: int) -> int:
@@ -146,7 +158,9 @@ class OffsetMap:
         "_buckets_choice",
         "_capacity",
         "_mapping",
+        "_region_slots",
         "_latest_offset",
+        "_limit",
         "_load_factor",
         "_memory_bytes",
         "_seed",
@@ -213,7 +227,8 @@ class OffsetMap:
 
     @property
     def active_slots(self) -> int:
-        """Slots this round probes: all of them unless `reset` was given fewer expected keys."""
+        """Slots this round may probe: all of them unless `reset` was given fewer expected keys (it probes a region
+        of them that doubles as keys arrive: see the module docstring)."""
         return self._active_slots
 
     @property
@@ -277,17 +292,20 @@ class OffsetMap:
             raise OffsetOrderError(0, value, floor)
         h1, h2 = hash_key(key, self._seed)
         k = kernels()
-        status, size = k.put_one(
-            self._active,
-            self._active_slots,
-            self._buckets_choice,
-            self._buckets_all,
-            np.uint64(h1),
-            np.uint64(h2),
-            value,
-            self._size,
-            self._active_capacity,
-        )
+        while True:
+            status, size = k.put_one(
+                self._active,
+                self._region_slots,
+                self._buckets_choice,
+                self._buckets_all,
+                np.uint64(h1),
+                np.uint64(h2),
+                value,
+                self._size,
+                self._limit,
+            )
+            if status != k.STATUS_FULL or not self._grow_if_due():
+                break
         if status == k.STATUS_FULL:
             raise OffsetMapFullError(self._size, self._active_capacity)
         self._size = int(size)
@@ -298,7 +316,7 @@ class OffsetMap:
         h1, h2 = hash_key(key, self._seed)
         return int(
             kernels().get_one(
-                self._active, self._active_slots, self._buckets_choice, self._buckets_all, np.uint64(h1), np.uint64(h2)
+                self._active, self._region_slots, self._buckets_choice, self._buckets_all, np.uint64(h1), np.uint64(h2)
             )
         )
 
@@ -337,19 +355,23 @@ class OffsetMap:
         if count == 0:
             return 0
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
-        consumed, size = kernels().insert_hashes(
-            self._active,
-            self._active_slots,
-            self._buckets_choice,
-            self._buckets_all,
-            words1,
-            words2,
-            offs,
-            self._size,
-            self._active_capacity,
-            replaced,
-        )
-        return self._consumed(int(consumed), int(size), offs)
+        done = 0
+        while True:
+            consumed, size = kernels().insert_hashes(
+                self._active,
+                self._region_slots,
+                self._buckets_choice,
+                self._buckets_all,
+                words1[done:],
+                words2[done:],
+                offs[done:],
+                self._size,
+                self._limit,
+                replaced[done:],
+            )
+            done, self._size = done + int(consumed), int(size)
+            if done == count or not self._grow_if_due():
+                return self._consumed(done, self._size, offs)
 
     def lookup_hashes(self, h1: np.ndarray, h2: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Offsets stored for `(h1[i], h2[i])`, -1 where absent, as an int64 array (`out` if given).
@@ -362,7 +384,7 @@ class OffsetMap:
         count = _inputs.same_length(h1=words1, h2=words2)
         result = _output(out, count)
         kernels().lookup_hashes(
-            self._active, self._active_slots, self._buckets_choice, self._buckets_all, words1, words2, result
+            self._active, self._region_slots, self._buckets_choice, self._buckets_all, words1, words2, result
         )
         return result
 
@@ -390,20 +412,24 @@ class OffsetMap:
             return 0
         _inputs.check_spans(buffer, positions, lengths)
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
-        consumed, size = kernels().insert_spans(
-            self._active,
-            self._active_slots,
-            self._buckets_choice,
-            self._buckets_all,
-            buffer,
-            positions,
-            lengths,
-            offs,
-            np.uint64(self._seed),
-            self._size,
-            self._active_capacity,
-        )
-        return self._consumed(int(consumed), int(size), offs)
+        done = 0
+        while True:
+            consumed, size = kernels().insert_spans(
+                self._active,
+                self._region_slots,
+                self._buckets_choice,
+                self._buckets_all,
+                buffer,
+                positions[done:],
+                lengths[done:],
+                offs[done:],
+                np.uint64(self._seed),
+                self._size,
+                self._limit,
+            )
+            done, self._size = done + int(consumed), int(size)
+            if done == count or not self._grow_if_due():
+                return self._consumed(done, self._size, offs)
 
     def lookup_key_spans(
         self,
@@ -425,7 +451,7 @@ class OffsetMap:
         result = _output(out, count)
         kernels().lookup_spans(
             self._active,
-            self._active_slots,
+            self._region_slots,
             self._buckets_choice,
             self._buckets_all,
             buffer,
@@ -473,16 +499,40 @@ class OffsetMap:
     # -------------------------------------------------------------------------------------------- private
 
     def _use_slots(self, slots: int) -> None:
-        """Probe the first `slots` slots (the table was just cleared)."""
+        """Let this round probe up to the first `slots` slots (the table was just cleared), from its first region."""
         self._active_slots = slots
         self._active_capacity = min(_capacity(slots, self._load_factor), self._capacity)
+        spare = self._slots - slots  # where a growth's entries pass (`rehash`)
+        start = _REGION_START_SLOTS
+        self._use_region(start if 2 * start <= slots and _grow_limit(start) <= spare else slots)
+
+    def _use_region(self, slots: int) -> None:
+        """Probe the first `slots` slots: the whole active part, or a smaller region that `_grow_if_due` doubles."""
+        self._region_slots = slots
         self._active = self._table[: slots * WORDS_PER_SLOT]
         self._buckets_choice = np.uint64(max(1, slots // BUCKET_SLOTS))
         self._buckets_all = -(-slots // BUCKET_SLOTS)
+        whole = slots == self._active_slots
+        self._limit = self._active_capacity if whole else min(_grow_limit(slots), self._active_capacity)
+
+    def _grow_if_due(self) -> bool:
+        """Grow the region when its keys reached its limit below the active part's; False if not (a full map)."""
+        old = self._region_slots
+        if self._size < self._limit or old == self._active_slots:
+            return False
+        new = 2 * old
+        if new >= self._active_slots or _grow_limit(new) > self._slots - self._active_slots:
+            new = self._active_slots  # the next growth's entries would not fit past the active part: all of it now
+        choice = np.uint64(max(1, new // BUCKET_SLOTS))
+        moved = int(kernels().rehash(self._table, old, new, choice, -(-new // BUCKET_SLOTS)))
+        if moved != self._size:
+            raise AssertionError(f"offset map growth moved {moved} of {self._size} keys")
+        self._use_region(new)
+        return True
 
     def _consumed(self, consumed: int, size: int, offsets: np.ndarray) -> int:
         assert 0 <= consumed <= offsets.size, "kernel consumed more entries than it was given"
-        assert self._size <= size <= self._active_capacity, "kernel broke the fill limit"
+        assert size <= self._active_capacity, "kernel broke the fill limit"
         self._size = size
         if consumed > 0:
             self._latest_offset = int(offsets[consumed - 1])
@@ -510,6 +560,11 @@ def _load_factor(value: object) -> float:
 def _capacity(slots: int, factor: float) -> int:
     # Kafka: (map.slots * dupBufferLoadFactor).toInt -- a double product truncated.
     return int(slots * factor)
+
+
+def _grow_limit(region_slots: int) -> int:
+    """Keys a region below the active part holds before it doubles."""
+    return region_slots // _GROW_DIVISOR
 
 
 def _slots_for_keys(keys: int, factor: float, slots_max: int) -> int:

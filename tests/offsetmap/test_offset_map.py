@@ -442,6 +442,79 @@ def test_reset_with_expected_keys_narrows_the_table_but_admits_every_expected_ke
     assert m.size == m.active_capacity and consumed < len(h1)
 
 
+def _grown_and_whole(monkeypatch, slots: int, expected_keys: int) -> tuple[OffsetMap, OffsetMap]:
+    """A map whose region grows, and the same map probing its whole active part from the start."""
+    from offsetmap import map as map_module
+
+    grown = OffsetMap(slots * BYTES_PER_SLOT)
+    grown.reset(5, expected_keys=expected_keys)
+    with monkeypatch.context() as patch:
+        patch.setattr(map_module, "_REGION_START_SLOTS", 1 << 40)  # never smaller than the active part
+        whole = OffsetMap(slots * BYTES_PER_SLOT)
+        whole.reset(5, expected_keys=expected_keys)
+    assert whole._region_slots == whole.active_slots and grown._region_slots < grown.active_slots
+    assert (grown.active_slots, grown.active_capacity) == (whole.active_slots, whole.active_capacity)
+    return grown, whole
+
+
+@pytest.mark.parametrize("slots,expected_keys", [(400_000, 300_000), (2_000_000, 300_000)])
+def test_a_growing_region_admits_and_stops_exactly_as_the_whole_active_part(monkeypatch, slots, expected_keys):
+    """The region doubles through its limits (and jumps to the whole part when no room is left past it); every
+    call's consumed count, replaced offsets, size, lookups and the full point match probing the whole part."""
+    grown, whole = _grown_and_whole(monkeypatch, slots, expected_keys)
+    rng = np.random.default_rng(11)
+    distinct = grown.active_capacity + 20_000  # past the fill limit: the map fills up mid-call
+    h1, h2 = random_hashes(distinct, seed=12)
+    order = np.concatenate((rng.integers(0, 40_000, 60_000), rng.permutation(distinct)))  # repeats, then all
+    offsets = np.arange(len(order), dtype=np.int64)
+    regions = set()
+    for start in range(0, len(order), 7_919):
+        part = order[start:start + 7_919]
+        p1, p2 = np.empty(len(part), np.int64), np.empty(len(part), np.int64)
+        got = [m.insert_hashes(h1[part], h2[part], offsets[start:start + len(part)], previous=previous)
+               for m, previous in ((grown, p1), (whole, p2))]
+        assert got[0] == got[1] and np.array_equal(p1[:got[0]], p2[:got[1]])
+        assert (grown.size, grown.latest_offset) == (whole.size, whole.latest_offset)
+        regions.add(grown._region_slots)
+        if got[0] < len(part):
+            break
+    assert grown.size == grown.active_capacity  # it filled up, at the same entry as the whole part
+    assert len(regions) >= 3 and max(regions) == grown.active_slots  # it grew, to the whole part at last
+    assert np.array_equal(grown.lookup_hashes(h1, h2), whole.lookup_hashes(h1, h2))
+    assert not grown.table[grown.active_slots:].any()  # the moves' passage past the active part is empty again
+
+
+def test_a_round_with_few_keys_touches_only_its_region(monkeypatch):
+    """Many records of few keys (the offset span overstates the keys): the keys sit in the first slots only."""
+    m = OffsetMap(memory_bytes_for_keys(4_000_000))
+    m.reset(3, expected_keys=3_000_000)
+    h1, h2 = random_hashes(50_000, seed=8)
+    index = np.random.default_rng(9).integers(0, 50_000, 400_000)
+    assert m.insert_hashes(h1[index], h2[index], np.arange(400_000)) == 400_000
+    assert m.size == len(np.unique(index)) and m.active_slots > 3_000_000
+    occupied = np.flatnonzero(m.table[:, 2])
+    assert occupied.max() < 4 * 65_536  # grew twice (32,768 and 65,536 keys), never to the 3.3 M slots
+    last = np.full(50_000, -1)
+    last[index] = np.arange(400_000)  # numpy assigns repeated indices in order: the last offset wins
+    assert np.array_equal(m.lookup_hashes(h1, h2), last)
+
+
+def test_put_and_key_spans_grow_the_region_too(monkeypatch):
+    grown, whole = _grown_and_whole(monkeypatch, 400_000, 300_000)
+    keys = [b"key-%d" % i for i in range(40_000)]  # past the first region's 32,768
+    for offset, key in enumerate(keys[:35_000]):
+        grown.put(key, offset)
+        whole.put(key, offset)
+    data = np.frombuffer(b"".join(keys[35_000:]), dtype=np.uint8)
+    lengths = np.array([len(k) for k in keys[35_000:]], dtype=np.int64)
+    positions = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    offsets = np.arange(35_000, 40_000, dtype=np.int64)
+    assert grown.insert_key_spans(data, positions, lengths, offsets) == whole.insert_key_spans(
+        data, positions, lengths, offsets) == 5_000
+    assert grown._region_slots > 65_536 and grown.size == whole.size == 40_000
+    assert all(grown.get(k) == whole.get(k) == i for i, k in enumerate(keys))
+
+
 @pytest.mark.parametrize("expected", [None, 10**9, 1_000_000])
 def test_reset_without_a_smaller_expectation_uses_the_whole_table(expected):
     m = OffsetMap(memory_bytes_for_keys(1000))
