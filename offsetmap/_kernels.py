@@ -444,35 +444,33 @@ def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, si
 
 
 @compiled.njit(cache=True, nogil=True)
-def rehash(table, old_slots, new_slots, buckets_choice, buckets_all):
+def rehash(table, old_slots, new_slots, buckets_choice, buckets_all, scratch):
     """Move the entries of the first `old_slots` slots into the first `new_slots` (more) slots, each placed as an
     insert places it under the new bucket count; returns how many moved (-1 if one found no slot, which an
-    old part at most half full cannot cause). The entries pass through the slots from `new_slots` on, which the
-    caller keeps free for as many entries as the old part holds; every slot from `new_slots` on is zero again
-    at the end."""
-    scratch = new_slots * WORDS_PER_SLOT
+    old part at most half full cannot cause). The entries pass through `scratch` (3 words an entry, room for
+    every entry of the old part; outside the first `new_slots` slots), which is zero again at the end."""
     n = 0
     for slot in range(old_slots):
         word = slot * WORDS_PER_SLOT
         if table[word + 2] != EMPTY_OFFSET_WORD:
-            out = scratch + n * WORDS_PER_SLOT
-            table[out] = table[word]
-            table[out + 1] = table[word + 1]
-            table[out + 2] = table[word + 2]
+            out = n * WORDS_PER_SLOT
+            scratch[out] = table[word]
+            scratch[out + 1] = table[word + 1]
+            scratch[out + 2] = table[word + 2]
             n += 1
     table[: old_slots * WORDS_PER_SLOT] = EMPTY_OFFSET_WORD
-    active = table[:scratch]
+    active = table[: new_slots * WORDS_PER_SLOT]
     moved = n
     for i in range(n):
-        word = scratch + i * WORDS_PER_SLOT
-        a = table[word]
-        b = table[word + 1]
+        word = i * WORDS_PER_SLOT
+        a = scratch[word]
+        b = scratch[word + 1]
         _, free = _find(active, new_slots, buckets_choice, buckets_all, a, b)
         if free < 0:
             moved = -1
             break
-        _store(active, free, a, b, table[word + 2])
-    table[scratch : scratch + n * WORDS_PER_SLOT] = EMPTY_OFFSET_WORD
+        _store(active, free, a, b, scratch[word + 2])
+    scratch[: n * WORDS_PER_SLOT] = EMPTY_OFFSET_WORD
     return moved
 
 

@@ -4,8 +4,9 @@ Owns `OffsetMap` and the sizing rules around it: how a dedupe buffer is split ac
 (`per_thread_memory_bytes`), how many slots a byte budget buys (`floor(memory_bytes / 24)`), how many keys
 a round may index (`capacity = floor(slots x load_factor)`) and the budget needed for a given key count
 (`memory_bytes_for_keys`). The compiled loops live in `_kernels.py`; this module validates every argument
-before calling them. It must not grow, must not allocate anything proportional to the number of keys, must not
-read files or the clock, and must not be shared between threads (one map per cleaner thread, as in Kafka).
+before calling them. It must not grow, must not allocate anything proportional to the number of keys (but for a
+growing region's passage, below, at most 64 MiB and freed at once), must not read files or the clock, and must
+not be shared between threads (one map per cleaner thread, as in Kafka).
 
 Semantics, matched to Kafka's `SkimpyOffsetMap` + `Cleaner.buildOffsetMap`:
 
@@ -47,10 +48,11 @@ Within that part, keys first go to a region of `_REGION_START_SLOTS` slots, whic
 `rehash` kernel, through the slots just past the new region) each time it is half full, until it is the whole
 active part. The offset span overstates the keys of a log that updates its keys (W2: 8 M records of 1 M keys
 size an 8.9 M-slot part, 213 MB): the pages a fresh process first touches cost ~1 ms per MB on the bench
-machine, 0.2 s of W2's survey, where the keys need 1-2 M slots. The region only grows while the keys of its
-next doubling can pass beyond the active part; a part with no room past it (the whole table) is used whole
-from the start, as before. The fill limit is always the active part's: which keys a round admits, and where
-it stops, do not depend on the region, only where the keys sit in the table does.
+machine, 0.2 s of W2's survey, where the keys need 1-2 M slots. A growth's keys pass through the slots past the
+active part or, where there are not enough of them (a part that is the whole table), a temporary array of at
+most `_PASSAGE_BYTES_MAX`; the region doubles only while its next growth's keys fit one of them, and otherwise
+becomes the whole part at once. The fill limit is always the active part's: which keys a round admits, and
+where it stops, do not depend on the region, only where the keys sit in the table does.
 `slots`, `capacity` and `utilization` describe the whole table whatever the active part (utilization is what
 tells an operator whether the dedupe buffer is big enough). Apart from the arrays a caller passes in and the
 lookup results it asks for, calls allocate only a fixed 256-byte ring.
@@ -93,6 +95,7 @@ _NO_PREVIOUS = np.empty(0, dtype=np.int64)  # insert_hashes' "track nothing"
 # docstring): a round touches memory for the keys it finds, not for the records it may find.
 _REGION_START_SLOTS = 1 << 16
 _GROW_DIVISOR = 2
+_PASSAGE_BYTES_MAX = 64 * 2**20  # a growth's keys pass through a temporary array this big at most
 
 
 def per_thread_memory_bytes(dedupe_buffer_bytes: int, threads: int) -> int:
@@ -502,9 +505,8 @@ class OffsetMap:
         """Let this round probe up to the first `slots` slots (the table was just cleared), from its first region."""
         self._active_slots = slots
         self._active_capacity = min(_capacity(slots, self._load_factor), self._capacity)
-        spare = self._slots - slots  # where a growth's entries pass (`rehash`)
         start = _REGION_START_SLOTS
-        self._use_region(start if 2 * start <= slots and _grow_limit(start) <= spare else slots)
+        self._use_region(start if 2 * start <= slots and _grow_limit(start) <= self._passage_slots() else slots)
 
     def _use_region(self, slots: int) -> None:
         """Probe the first `slots` slots: the whole active part, or a smaller region that `_grow_if_due` doubles."""
@@ -521,14 +523,22 @@ class OffsetMap:
         if self._size < self._limit or old == self._active_slots:
             return False
         new = 2 * old
-        if new >= self._active_slots or _grow_limit(new) > self._slots - self._active_slots:
-            new = self._active_slots  # the next growth's entries would not fit past the active part: all of it now
+        if new >= self._active_slots or _grow_limit(new) > self._passage_slots():
+            new = self._active_slots  # the next growth's keys would have no passage: the whole part now
+        words = self._size * WORDS_PER_SLOT
+        spare = self._table[self._active_slots * WORDS_PER_SLOT:]
+        passage = spare[:words] if len(spare) >= words else np.zeros(words, dtype=np.uint64)
         choice = np.uint64(max(1, new // BUCKET_SLOTS))
-        moved = int(kernels().rehash(self._table, old, new, choice, -(-new // BUCKET_SLOTS)))
+        moved = int(kernels().rehash(self._table, old, new, choice, -(-new // BUCKET_SLOTS), passage))
         if moved != self._size:
             raise AssertionError(f"offset map growth moved {moved} of {self._size} keys")
         self._use_region(new)
         return True
+
+    def _passage_slots(self) -> int:
+        """How many keys a growth can move: the slots past the active part, or a temporary array of at most
+        `_PASSAGE_BYTES_MAX` where there are fewer of them (a map probing the whole table has none)."""
+        return max(self._slots - self._active_slots, _PASSAGE_BYTES_MAX // BYTES_PER_SLOT)
 
     def _consumed(self, consumed: int, size: int, offsets: np.ndarray) -> int:
         assert 0 <= consumed <= offsets.size, "kernel consumed more entries than it was given"

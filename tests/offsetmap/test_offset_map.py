@@ -288,8 +288,16 @@ def test_default_dedupe_buffer_gives_kafkas_slot_and_key_counts():
     assert (m.slots, m.capacity) == (5_592_405, 5_033_164)
 
 
-def test_bulk_insert_allocates_nothing_proportional_to_keys():
+@pytest.mark.parametrize("grows", [False, True])
+def test_bulk_insert_allocates_nothing_proportional_to_keys(monkeypatch, grows):
+    """Nothing, with a region that is the whole table from the start; with one that grows through a temporary
+    passage (the table has no room past its active part), at most `_PASSAGE_BYTES_MAX`, freed at once."""
+    from offsetmap import map as map_module
+
+    if not grows:
+        monkeypatch.setattr(map_module, "_REGION_START_SLOTS", 1 << 40)
     m = OffsetMap(memory_bytes_for_keys(300_000))
+    assert (m._region_slots < m.active_slots) == grows
     h1, h2 = random_hashes(300_000, seed=8)
     offsets = np.arange(300_000, dtype=np.int64)
     rng = np.random.default_rng(8)
@@ -303,10 +311,12 @@ def test_bulk_insert_allocates_nothing_proportional_to_keys():
         assert m.insert_hashes(h1, h2, offsets) == 300_000
         m.clear()
         assert m.insert_key_spans(buf, positions, lengths, offsets) == 300_000
-        peak = tracemalloc.get_traced_memory()[1]
+        now, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert peak - base < 64 * 1024, f"bulk insert allocated {peak - base} bytes"
+    assert now - base < 64 * 1024, f"bulk insert kept {now - base} bytes"
+    bound = map_module._PASSAGE_BYTES_MAX if grows else 0
+    assert peak - base < bound + 64 * 1024, f"bulk insert allocated {peak - base} bytes"
 
 
 def test_clear_reuses_memory():
@@ -457,7 +467,7 @@ def _grown_and_whole(monkeypatch, slots: int, expected_keys: int) -> tuple[Offse
     return grown, whole
 
 
-@pytest.mark.parametrize("slots,expected_keys", [(400_000, 300_000), (2_000_000, 300_000)])
+@pytest.mark.parametrize("slots,expected_keys", [(400_000, 300_000), (2_000_000, 300_000), (400_000, 10**9)])
 def test_a_growing_region_admits_and_stops_exactly_as_the_whole_active_part(monkeypatch, slots, expected_keys):
     """The region doubles through its limits (and jumps to the whole part when no room is left past it); every
     call's consumed count, replaced offsets, size, lookups and the full point match probing the whole part."""
@@ -482,6 +492,27 @@ def test_a_growing_region_admits_and_stops_exactly_as_the_whole_active_part(monk
     assert len(regions) >= 3 and max(regions) == grown.active_slots  # it grew, to the whole part at last
     assert np.array_equal(grown.lookup_hashes(h1, h2), whole.lookup_hashes(h1, h2))
     assert not grown.table[grown.active_slots:].any()  # the moves' passage past the active part is empty again
+
+
+def test_a_region_with_no_room_past_the_active_part_passes_its_keys_through_a_bounded_array(monkeypatch):
+    """The whole table active (a dirty section past the map's capacity: the default for large heads): the
+    region still grows, through a temporary array, and doubles only while the next growth fits one."""
+    from offsetmap import map as map_module
+
+    monkeypatch.setattr(map_module, "_PASSAGE_BYTES_MAX", 70_000 * BYTES_PER_SLOT)
+    m = OffsetMap(1_000_000 * BYTES_PER_SLOT)
+    m.reset(1, expected_keys=10**9)
+    assert m.active_slots == m.slots and m._region_slots == 65_536
+    h1, h2 = random_hashes(200_000, seed=2)
+    regions = []
+    for start in range(0, 200_000, 10_000):
+        assert m.insert_hashes(h1[start:start + 10_000], h2[start:start + 10_000],
+                               np.arange(start, start + 10_000)) == 10_000
+        regions.append(m._region_slots)
+    # 65,536 → 131,072 (its growth will move 65,536 keys: they fit); 262,144's would move 131,072, more than the
+    # passage holds: from 131,072 straight to the whole table
+    assert sorted(set(regions)) == [65_536, 131_072, 1_000_000]
+    assert np.array_equal(m.lookup_hashes(h1, h2), np.arange(200_000))
 
 
 def test_a_round_with_few_keys_touches_only_its_region(monkeypatch):
