@@ -461,7 +461,13 @@ def rehash(table, old_slots, new_slots, buckets_choice, buckets_all, scratch):
     table[: old_slots * WORDS_PER_SLOT] = EMPTY_OFFSET_WORD
     active = table[: new_slots * WORDS_PER_SLOT]
     moved = n
+    lines = _prefetch_lines(n, new_slots)
+    for j in range(min(n, PREFETCH_DISTANCE)):
+        _prefetch_key(active, buckets_choice, scratch[j * WORDS_PER_SLOT], scratch[j * WORDS_PER_SLOT + 1], lines)
     for i in range(n):
+        j = (i + PREFETCH_DISTANCE) * WORDS_PER_SLOT
+        if j < n * WORDS_PER_SLOT:
+            _prefetch_key(active, buckets_choice, scratch[j], scratch[j + 1], lines)
         word = i * WORDS_PER_SLOT
         a = scratch[word]
         b = scratch[word + 1]
