@@ -51,8 +51,10 @@ size an 8.9 M-slot part, 213 MB): the pages a fresh process first touches cost ~
 machine, 0.2 s of W2's survey, where the keys need 1-2 M slots. A growth's keys pass through the slots past the
 active part or, where there are not enough of them (a part that is the whole table), a temporary array of at
 most `_PASSAGE_BYTES_MAX`; the region doubles only while its next growth's keys fit one of them, and otherwise
-becomes the whole part at once. The fill limit is always the active part's: which keys a round admits, and
-where it stops, do not depend on the region, only where the keys sit in the table does.
+becomes the whole part at once. A growth's memory (the old region and the passage, at most a quarter of the
+table) stays under the table's size, so a round never holds more than probing the whole part made it hold. The
+fill limit is always the active part's: which keys a round admits, and where it stops, do not depend on the
+region, only where the keys sit in the table does.
 `slots`, `capacity` and `utilization` describe the whole table whatever the active part (utilization is what
 tells an operator whether the dedupe buffer is big enough). Apart from the arrays a caller passes in and the
 lookup results it asks for, calls allocate only a fixed 256-byte ring.
