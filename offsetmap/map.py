@@ -360,23 +360,10 @@ class OffsetMap:
         if count == 0:
             return 0
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
-        done = 0
-        while True:
-            consumed, size = kernels().insert_hashes(
-                self._active,
-                self._region_slots,
-                self._buckets_choice,
-                self._buckets_all,
-                words1[done:],
-                words2[done:],
-                offs[done:],
-                self._size,
-                self._limit,
-                replaced[done:],
-            )
-            done, self._size = done + int(consumed), int(size)
-            if done == count or not self._grow_if_due():
-                return self._consumed(done, self._size, offs)
+        return self._insert_growing(count, offs, lambda done: kernels().insert_hashes(
+            self._active, self._region_slots, self._buckets_choice, self._buckets_all, words1[done:], words2[done:],
+            offs[done:], self._size, self._limit, replaced[done:],
+        ))
 
     def lookup_hashes(self, h1: np.ndarray, h2: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Offsets stored for `(h1[i], h2[i])`, -1 where absent, as an int64 array (`out` if given).
@@ -417,24 +404,10 @@ class OffsetMap:
             return 0
         _inputs.check_spans(buffer, positions, lengths)
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
-        done = 0
-        while True:
-            consumed, size = kernels().insert_spans(
-                self._active,
-                self._region_slots,
-                self._buckets_choice,
-                self._buckets_all,
-                buffer,
-                positions[done:],
-                lengths[done:],
-                offs[done:],
-                np.uint64(self._seed),
-                self._size,
-                self._limit,
-            )
-            done, self._size = done + int(consumed), int(size)
-            if done == count or not self._grow_if_due():
-                return self._consumed(done, self._size, offs)
+        return self._insert_growing(count, offs, lambda done: kernels().insert_spans(
+            self._active, self._region_slots, self._buckets_choice, self._buckets_all, buffer, positions[done:],
+            lengths[done:], offs[done:], np.uint64(self._seed), self._size, self._limit,
+        ))
 
     def lookup_key_spans(
         self,
@@ -518,6 +491,17 @@ class OffsetMap:
         self._buckets_all = -(-slots // BUCKET_SLOTS)
         whole = slots == self._active_slots
         self._limit = self._active_capacity if whole else min(_grow_limit(slots), self._active_capacity)
+
+    def _insert_growing(self, count: int, offsets: np.ndarray, insert) -> int:
+        """Run `insert(done)`, a kernel inserting entries `done`.. into the region under `_limit` and returning
+        (consumed, size), until all `count` entries are consumed or the map is full, growing the region between
+        calls; returns the entries consumed."""
+        done = 0
+        while True:
+            consumed, size = insert(done)
+            done, self._size = done + int(consumed), int(size)
+            if done == count or not self._grow_if_due():
+                return self._consumed(done, self._size, offsets)
 
     def _grow_if_due(self) -> bool:
         """Grow the region when its keys reached its limit below the active part's; False if not (a full map)."""
