@@ -45,8 +45,7 @@ Per round, `reset(seed, expected_keys)` may narrow the probing to the first `act
 bound on its keys): a round over a small dirty section then touches a small part of the table, its probes stay
 in fewer pages, and it admits at least `expected_keys` keys, so it stops no earlier than with the whole table.
 Within that part, keys first go to a region of `_REGION_START_SLOTS` slots, which doubles (its keys moved by the
-`rehash` kernel, through the slots just past the new region) each time it is half full, until it is the whole
-active part. The offset span overstates the keys of a log that updates its keys (W2: 8 M records of 1 M keys
+`rehash` kernel) each time it is half full, until it is the whole active part. The offset span overstates the keys of a log that updates its keys (W2: 8 M records of 1 M keys
 size an 8.9 M-slot part, 213 MB): the pages a fresh process first touches cost ~1 ms per MB on the bench
 machine, 0.2 s of W2's survey, where the keys need 1-2 M slots. A growth's keys pass through the slots past the
 active part or, where there are not enough of them (a part that is the whole table), a temporary array of at
@@ -67,6 +66,7 @@ import math
 import mmap
 import numbers
 import operator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -162,12 +162,12 @@ class OffsetMap:
         "_buckets_all",
         "_buckets_choice",
         "_capacity",
-        "_mapping",
-        "_region_slots",
         "_latest_offset",
         "_limit",
         "_load_factor",
+        "_mapping",
         "_memory_bytes",
+        "_region_slots",
         "_seed",
         "_size",
         "_slots",
@@ -492,7 +492,7 @@ class OffsetMap:
         whole = slots == self._active_slots
         self._limit = self._active_capacity if whole else min(_grow_limit(slots), self._active_capacity)
 
-    def _insert_growing(self, count: int, offsets: np.ndarray, insert) -> int:
+    def _insert_growing(self, count: int, offsets: np.ndarray, insert: Callable[[int], tuple[int, int]]) -> int:
         """Run `insert(done)`, a kernel inserting entries `done`.. into the region under `_limit` and returning
         (consumed, size), until all `count` entries are consumed or the map is full, growing the region between
         calls; returns the entries consumed."""
