@@ -320,7 +320,7 @@ def _prefetch_key(table, buckets_choice, a, b, lines):
 def _prefetch_lines(size, slots):
     """How many lines of each candidate bucket an insert prefetches, from the fill of the probed slots. Below a
     fifth full, a bucket holds under two keys on average and a scan almost never reaches its third line (slot 5
-    on): two lines. W2's 1 M keys in the 8.9 M slots its offset span sizes (11%) inserted 32% faster so (63 → 43
+    on): two lines. In a micro-benchmark, 1 M keys in 8.9 M slots (11%) inserted 32% faster so (63 → 43
     ns an insert, bench/RESULTS.md). At a quarter full they measured alike; from half full, fewer lines measured
     slower (a miss in the last line then costs a full round trip): three."""
     return 2 if size * _SPARSE_FILL_DIVISOR < slots else 3
