@@ -766,10 +766,8 @@ class LogSegment:
         """Close the log file and the indexes, writing their unwritten entries first unless `discard`."""
         if self._fd >= 0:
             for index in (self._offset_index, self._time_index, self._txn_index):
-                if index is not None and discard:
-                    index.discard()
-                elif index is not None:
-                    index.close()
+                if index is not None:
+                    index.discard() if discard else index.close()
             os.close(self._fd)
             self._fd = -1
 
