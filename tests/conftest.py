@@ -64,6 +64,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # The kernels' module is built (once per installation and machine, `cleaner.kernel_cache`) before any test
     # imports a kernel module, so that the suite runs the kernels the product runs: the built module, and
     # numba's JIT only where a test calls a kernel with arguments the module was not built for.
+    # On a fresh installation that build is a first `logcleaner clean`, observed for its own test
+    # (`tests/first_clean.py`): the suite pays for one build, not two.
     from cleaner import kernel_cache
+    from tests import first_clean
 
+    first_clean.observe_if_first(session.config)
     kernel_cache.ensure_compiled()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,8 @@ import pytest
 
 from cleaner import kernel_cache
 from segments.codec import compiled
-from segments.tools.generate import WorkloadSpec, generate_partition
+from segments.tools.generate import generate_partition
+from tests import first_clean
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -185,18 +185,17 @@ def test_the_build_byte_compiles_the_packages_for_processes_that_may_not(tmp_pat
 
 
 @pytest.mark.slow
-def test_the_first_clean_after_an_install_compiles_nothing_itself_and_the_next_loads_no_numba(tmp_path):
+def test_the_first_clean_after_an_install_compiles_nothing_itself_and_the_next_loads_no_numba(request, tmp_path):
     """With an empty cache directory, `logcleaner clean` compiles in its child (numba's cache, then the module):
     the process itself saves nothing to numba's cache (NUMBA_DEBUG_CACHE reports every save and load), the
-    stamp and the module are written, and the next clean runs on the module without importing numba."""
-    cache = tmp_path / "numba-cache"
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), NUMBA_DEBUG_CACHE="1")
-    env.pop(compiled.MODE_ENV, None)
-    for name in ("first", "second"):
-        generate_partition(tmp_path / name / "t-0", WorkloadSpec(records=2000, keys=100, tombstone_fraction=0.1,
-                                                                 segment_bytes=16 * 1024))
-    done = subprocess.run([sys.executable, "-m", "cleaner.cli", "clean", str(tmp_path / "first" / "t-0"), "--json"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    stamp and the module are written, and the next clean runs on the module without importing numba. On a
+    fresh installation the session's own build was such a first clean (`tests/first_clean.py`); otherwise
+    this test makes one into an empty cache directory."""
+    first = request.config.stash.get(first_clean.OBSERVED, None)
+    if first is None:
+        first = first_clean.observe(tmp_path / "numba-cache", tmp_path)
+    cache, env, done = first.cache, first.env, first.done
+    generate_partition(tmp_path / "second" / "t-0", first_clean.SMALL)
     assert done.returncode == 0, done.stderr
     assert "data saved to" not in done.stdout  # numba's cache debug lines go to the process's stdout
     fingerprint = _fingerprint_in(env)
