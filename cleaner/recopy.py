@@ -33,7 +33,7 @@ from segments.codec.records import Record, encode_batch_from_region
 from segments.files import faults
 from segments.files.readahead import WindowRing, read_ahead
 from segments.files.segment import LogSegment
-from segments.files.txnindex import AbortedTxn
+from segments.files.txnindex import AbortedTxns
 from segments.partition.log import PartitionLog
 
 from .indexing import SupersededOffsets
@@ -489,14 +489,8 @@ def clean_group(
     started = time.monotonic()
     cleaned = None if ctx.dry_run else log.new_cleaned_segment(group[0].base_offset)
     try:
-        original_txns = {}
-        original_entries: list[AbortedTxn] = []
-        for seg in group:
-            if seg.paths.txnindex.exists():
-                for txn in seg.txn_index.all_aborted():
-                    original_txns[(txn.producer_id, txn.last_offset)] = txn
-                    original_entries.append(txn)
-        kept_markers: list[int] = []
+        original = AbortedTxns.concatenate(seg.txn_index.columns() for seg in group if seg.paths.txnindex.exists())
+        kept_markers: list[np.ndarray] = []
         output = _OutputBuffer()
         unchanged = len(group) == 1  # several segments become one: never the same files
         for result, action, keep, needs_horizon, clear_horizon, counts, kept_control, invalid in read_ahead(
@@ -517,7 +511,7 @@ def clean_group(
                 start = result.start_position - result.base_position
                 unchanged = written == read and np.array_equal(output.data[:written], result.buffer[start:start + read])
             if len(kept_control):
-                kept_markers.extend(kept_control.tolist())
+                kept_markers.append(kept_control)
             if batches:
                 stats.bytes_written += written
                 on_bytes(written, "write")
@@ -529,15 +523,14 @@ def clean_group(
                     )
                     faults.hit("recopy.mid_group")
         if cleaned is not None:
-            entries = _txn_entries(cleaned, group, kept_markers, original_txns, ctx.survey)
-            if unchanged and entries == original_entries:
+            entries = _txn_entries(cleaned, group, kept_markers, original, ctx.survey)
+            if unchanged and entries.same_as(original):
                 # Nothing to swap: the old segment stays as it is (same inode and mtime); no fsync, no rename.
                 cleaned.delete_files()
                 stats.groups_unchanged += 1
                 stats.groups.append((group[0].base_offset, len(group)))
                 return None
-            for entry in entries:
-                cleaned.txn_index.append(entry)
+            cleaned.txn_index.append_many(entries)
             # The index files are written at finalise: with a small index.interval.bytes they are not small.
             charge_io((cleaned.offset_index.entries + 1) * fmt.OFFSET_INDEX_ENTRY.size
                       + (cleaned.time_index.entries + 1) * fmt.TIME_INDEX_ENTRY.size)
@@ -593,20 +586,29 @@ def _count_window(stats: RecopyStats, counts: np.ndarray, invalid: int) -> None:
         stats.earliest_delete_horizon_ms = soonest
 
 
-def _txn_entries(cleaned: LogSegment, group, kept_markers: list[int], original: dict,
-                 survey: LogSurvey) -> list[AbortedTxn]:
-    """The cleaned segment's `.txnindex`: aborted transactions whose ABORT marker it keeps while data remains."""
+def _txn_entries(cleaned: LogSegment, group, kept_markers: list[np.ndarray], original: AbortedTxns,
+                 survey: LogSurvey) -> AbortedTxns:
+    """The cleaned segment's `.txnindex`: aborted transactions whose ABORT marker it keeps while data remains.
+    One that the group's own `.txnindex` files list (same producer and marker; the last such entry) is
+    re-appended as it was (Kafka's rule), though its first data may have gone since."""
     start = group[0].base_offset
     end = max(cleaned.read_next_offset(), start)
-    kept = set(kept_markers)
-    entries = []
-    for txn in survey.aborted_transactions_ending_in(start, end):
-        if txn.marker_offset not in kept or txn.data_batches == 0:
-            continue
-        entry = original.get((txn.producer_id, txn.marker_offset))
-        if entry is not None:  # re-appended as it was (Kafka's rule), though its first data may have gone since
-            entries.append(AbortedTxn(0, txn.producer_id, entry.first_offset, txn.marker_offset,
-                                      entry.last_stable_offset))
-        else:
-            entries.append(AbortedTxn(0, txn.producer_id, txn.first_offset, txn.marker_offset, txn.marker_offset + 1))
-    return entries
+    table = survey.transaction_table
+    rows = survey.aborted_rows_ending_in(start, end)
+    kept = np.concatenate(kept_markers) if kept_markers else np.empty(0, dtype=np.int64)
+    rows = rows[np.isin(table.marker_offset[rows], kept) & (table.data_batches[rows] != 0)]
+    producer_id, marker = table.producer_id[rows], table.marker_offset[rows]
+    first_offset, stable = table.first_offset[rows].copy(), marker + 1
+    n = len(original)
+    if n and len(rows):  # match (producer, marker) pairs through ids shared by both sides
+        pairs = np.concatenate((np.stack((original.producer_id, original.last_offset), axis=1),
+                                np.stack((producer_id, marker), axis=1)))
+        _, ids = np.unique(pairs, axis=0, return_inverse=True)
+        ids = ids.reshape(-1)
+        latest = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+        np.maximum.at(latest, ids[:n], np.arange(n))  # the last entry listing each pair
+        j = latest[ids[n:]]
+        listed = j >= 0
+        first_offset[listed] = original.first_offset[j[listed]]
+        stable[listed] = original.last_stable_offset[j[listed]]
+    return AbortedTxns.of(producer_id, first_offset, marker, stable)

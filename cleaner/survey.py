@@ -273,10 +273,14 @@ class LogSurvey:
 
     def aborted_transactions_ending_in(self, start: int, end: int) -> list[Transaction]:
         """Aborted transactions whose marker lies in [start, end), by marker offset (for `.txnindex`)."""
+        return self.transaction_table.rows(self.aborted_rows_ending_in(start, end))
+
+    def aborted_rows_ending_in(self, start: int, end: int) -> np.ndarray:
+        """`aborted_transactions_ending_in` as rows of `transaction_table`."""
         table = self.transaction_table
         markers = table.marker_offset
         rows = np.flatnonzero((table.control_type == fmt.CONTROL_TYPE_ABORT) & (start <= markers) & (markers < end))
-        return table.rows(rows[np.argsort(markers[rows], kind="stable")])
+        return rows[np.argsort(markers[rows], kind="stable")]
 
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:

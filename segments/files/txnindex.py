@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from ..codec.errors import IndexAppendError
 from .fileio import DEFAULT_FILE_OPS, FileOps
 from .index import _EntryFile, _first_true, _steps, _write_new_file
 
-__all__ = ["TXN_INDEX_ENTRIES_MAX", "AbortedTxn", "TransactionIndex", "TxnIndexSearchResult"]
+__all__ = ["TXN_INDEX_ENTRIES_MAX", "AbortedTxn", "AbortedTxns", "TransactionIndex", "TxnIndexSearchResult"]
 
 TXN_INDEX_ENTRIES_MAX = (2**31 - 1) // fmt.RECORD_BATCH_OVERHEAD
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -42,6 +43,43 @@ class AbortedTxn:
     first_offset: int  # the transaction's first offset (possibly in an earlier segment)
     last_offset: int  # the offset of the ABORT marker, in this segment
     last_stable_offset: int  # the partition's LSO when the marker was written
+
+
+class AbortedTxns(NamedTuple):
+    """Many `.txnindex` entries as columns, one row per entry (`AbortedTxn`'s fields, in file order): what a
+    whole segment's entries are read and appended as, without an object per entry."""
+
+    version: np.ndarray
+    producer_id: np.ndarray
+    first_offset: np.ndarray
+    last_offset: np.ndarray
+    last_stable_offset: np.ndarray
+
+    @classmethod
+    def of(cls, producer_id, first_offset, last_offset, last_stable_offset) -> AbortedTxns:
+        """Entries of the current version from int64 columns."""
+        columns = [np.asarray(c, dtype=np.int64) for c in (producer_id, first_offset, last_offset, last_stable_offset)]
+        return cls(np.full(len(columns[0]), fmt.TXN_INDEX_VERSION, dtype=np.int16), *columns)
+
+    @classmethod
+    def concatenate(cls, parts: Iterable[AbortedTxns]) -> AbortedTxns:
+        parts = list(parts)
+        if not parts:
+            return cls.of(*([()] * 4))
+        return cls(*(np.concatenate(column) for column in zip(*parts)))
+
+    def __len__(self) -> int:  # the number of entries, not of columns
+        return len(self.last_offset)
+
+    def row(self, i: int) -> AbortedTxn:
+        return AbortedTxn(*(int(column[i]) for column in self))
+
+    def rows(self) -> tuple[AbortedTxn, ...]:
+        return tuple(map(AbortedTxn, *(column.tolist() for column in self)))
+
+    def same_as(self, other: AbortedTxns) -> bool:
+        """The same entries in the same order."""
+        return len(self) == len(other) and all(np.array_equal(a, b) for a, b in zip(self, other))
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +160,11 @@ class TransactionIndex(_EntryFile):
 
     def all_aborted(self) -> tuple[AbortedTxn, ...]:
         """Every entry, in file order."""
-        return tuple(self._txn(i) for i in range(self._loaded()))
+        return self.columns().rows()
+
+    def columns(self) -> AbortedTxns:
+        """Every entry, in file order, as columns (copies)."""
+        return AbortedTxns(*(self._column(name).copy() for name, _ in self._columns))
 
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
         """The aborted transactions a fetch of `[fetch_offset, upper_bound_offset)` must report.
@@ -164,6 +206,27 @@ class TransactionIndex(_EntryFile):
         self._push(
             (txn.version, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
         )
+
+    def append_many(self, txns: AbortedTxns) -> None:
+        """`append` of every entry of `txns` in order, checked as a whole: `IndexAppendError` for the first
+        entry `append` would refuse (with its message), and then nothing is appended."""
+        if not len(txns):
+            return
+        n = self._loaded()
+        if n + len(txns) > self.entries_max:
+            raise IndexAppendError(f"the transaction index is full ({n} entries, {len(txns)} more)", path=self.path,
+                                   offset=int(txns.last_offset[self.entries_max - n]))
+        previous = self.last_offset
+        last = txns.last_offset
+        follows = np.empty(len(txns), dtype=bool)
+        follows[0] = previous is None or last[0] > previous
+        follows[1:] = last[1:] > last[:-1]
+        bad = ~follows | (txns.version != fmt.TXN_INDEX_VERSION) | (last < self.base_offset) | (txns.first_offset > last)
+        i = _first_true(bad)
+        if i is not None:
+            _check_txn(txns.row(i), previous if i == 0 else int(last[i - 1]), base_offset=self.base_offset,
+                       path=self.path)
+        self._push_many(tuple(txns))
 
     def truncate_to(self, offset: int) -> None:
         """Remove the first entry whose `last_offset >= offset` and every entry after it (Kafka's rule)."""

@@ -6,6 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from segments.codec import format as fmt
 from segments.codec.errors import CorruptIndexError, IndexAppendError, LogStateError
 from segments.files.fileio import FileOps
-from segments.files.txnindex import AbortedTxn, TransactionIndex, TxnIndexSearchResult
+from segments.files.txnindex import AbortedTxn, AbortedTxns, TransactionIndex, TxnIndexSearchResult
 
 BASE = 1000
 
@@ -172,6 +173,56 @@ def test_abort_marker_below_the_segment_base_is_rejected(tmp_path):
     index = TransactionIndex(tmp_path / "x.txnindex", BASE)
     with pytest.raises(IndexAppendError, match="below the segment base"):
         index.append(txn(1, 900, 999, 900))
+
+
+@st.composite
+def appended_batches(draw):
+    """Entries already in an index, then a batch to append: valid, or with one entry broken in one way."""
+    entries = draw(txn_lists(max_size=40))
+    split = draw(st.integers(0, len(entries)))
+    batch = entries[split:]
+    if batch and draw(st.booleans()):
+        i = draw(st.integers(0, len(batch) - 1))
+        t = batch[i]
+        broken = draw(st.sampled_from([
+            AbortedTxn(1, t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset),  # version
+            txn(t.producer_id, t.first_offset, BASE - 1, t.last_stable_offset),  # below the base
+            txn(t.producer_id, t.last_offset + 1, t.last_offset, t.last_stable_offset),  # first above last
+            txn(t.producer_id, t.first_offset - 60, t.last_offset - draw(st.integers(1, 60)), t.last_stable_offset),
+        ]))
+        batch = [*batch[:i], broken, *batch[i + 1:]]
+    return entries[:split], batch
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=appended_batches())
+def test_append_many_is_append_one_by_one_or_the_same_refusal_with_nothing_appended(case):
+    """The whole-batch check of `append_many` against `append`, entry by entry: the same entries where every
+    entry is accepted; otherwise the same message for the first refused entry, and none of the batch kept."""
+    before, batch = case
+    with tempfile.TemporaryDirectory() as d:
+        one_by_one = TransactionIndex(Path(d) / "a.txnindex", BASE)
+        many = TransactionIndex(Path(d) / "b.txnindex", BASE)
+        for t in before:
+            one_by_one.append(t)
+            many.append(t)
+        refused = None
+        try:
+            for t in batch:
+                one_by_one.append(t)
+        except IndexAppendError as exc:
+            refused = str(exc).replace("a.txnindex", "b.txnindex")
+        columns = AbortedTxns(*(np.array([getattr(t, name) for t in batch], dtype=np.int64)
+                                for name in AbortedTxn.__slots__))
+        if refused is None:
+            many.append_many(columns)
+            assert many.all_aborted() == one_by_one.all_aborted() == tuple(before + batch)
+            assert many.columns().same_as(one_by_one.columns())
+        else:
+            with pytest.raises(IndexAppendError) as info:
+                many.append_many(columns)
+            assert str(info.value) == refused
+            assert many.all_aborted() == tuple(before)
 
 
 # ---- collect semantics ------------------------------------------------------------------------------------------
