@@ -5,7 +5,7 @@ Per run and tree: `cp -r` of the partition into a fresh directory under `--data-
 `python -m cleaner.cli clean DIR --json` with `PYTHONPATH=TREE` (a worktree of the commit to measure, e.g.
 `git worktree add /tmp/before HEAD~1`; `.` is this one). Prints per tree the median of the wall time of the
 process and of the round's own figures from its JSON (`survey_s`, `index_s`, `recopy_s`, `elapsed_s`), and
-the wall time minus the round (start-up, opening, the end of the process). A benchmark measures; it never
+the wall time minus the round (start-up, opening, the end of the process), and the process's peak RSS. A benchmark measures; it never
 asserts a time. The inputs are any partition directory, e.g. one `bench/run.py --keep` left.
 
 A tree may carry environment variables for its processes: `--tree .:LOGCLEANER_KERNELS=jit` runs this tree's
@@ -23,6 +23,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -49,15 +50,28 @@ def _one(partition: Path, spec: str, run_dir: Path, dedupe_bytes: int) -> dict:
     target = run_dir / partition.name
     _copy(partition, target)
     started = time.perf_counter()
-    done = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "cleaner.cli", "clean", str(target), "--json", "--now-ms", str(NOW_MS),
          "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}"],
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(tree), **variables), cwd=tree)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=str(tree), **variables), cwd=tree,
+    )
+    errors: list[str] = []  # read beside stdout, so that neither pipe fills
+    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read() if proc.stderr else ""))
+    reader.start()
+    stdout = proc.stdout.read() if proc.stdout else ""
+    reader.join()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    _, status, usage = os.wait4(proc.pid, 0)  # reaped here, for the child's own peak RSS
     wall = time.perf_counter() - started
-    if done.returncode:
-        raise SystemExit(f"clean with {tree} failed ({done.returncode}): {done.stderr.strip()}")
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"wall_s": wall, **{f: float(summary[f]) for f in FIELDS}}
+    proc.returncode = code = os.waitstatus_to_exitcode(status)
+    if code:
+        raise SystemExit(f"clean with {tree} failed ({code}): {errors[0].strip()}")
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    return {"wall_s": wall, "rss_mib": usage.ru_maxrss / 1024,
+            **{f: float(summary[f]) for f in FIELDS}}
 
 
 def main() -> None:
@@ -80,13 +94,13 @@ def main() -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
     print(f"{args.partition}: {args.runs} runs per tree, interleaved; load average at the end "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("| tree | wall s | survey s | index s | recopy s | round s | wall minus round s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| tree | wall s | survey s | index s | recopy s | round s | wall minus round s | peak RSS MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for tree, runs in rows.items():
-        med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", *FIELDS)}
+        med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "rss_mib", *FIELDS)}
         outside = statistics.median(r["wall_s"] - r["elapsed_s"] for r in runs)
         print(f"| {tree} | {med['wall_s']:.3f} | {med['survey_s']:.3f} | {med['index_s']:.3f} | "
-              f"{med['recopy_s']:.3f} | {med['elapsed_s']:.3f} | {outside:.3f} |")
+              f"{med['recopy_s']:.3f} | {med['elapsed_s']:.3f} | {outside:.3f} | {med['rss_mib']:.0f} |")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ GIL-held (bench/RESULTS.md, ninth round: a thread that only loops over `os.pwrit
 2. every call that releases the GIL is wrapped with the calling thread's CPU clock (`time.thread_time`): the
    built kernels (every variant of every `segments.codec.compiled.Kernel`), the file system calls a round makes
    (`os.pread`, `os.preadv`, `os.pwrite`, `os.fsync`, `os.posix_fadvise`, renames and removals) and the
-   populate of a mapped window (`segments.files.mapped._populate`, a ctypes call);
+   mapping, populate and unmapping of a mapped window (`segments.files.mapped`, ctypes calls);
 3. one `cleaner.round.clean_round` on the main thread (its read-ahead threads are the kept producer threads of
    `segments.files.readahead`); the CPU time of every thread of the process is read from its own CPU clock
    before and after;
@@ -78,7 +78,8 @@ def _instrument() -> None:
     for name in ("open", "close", "read", "write", "pread", "preadv", "pwrite", "fsync", "fdatasync", "ftruncate",
                  "posix_fadvise", "stat", "fstat", "lstat", "rename", "replace", "remove", "unlink"):
         setattr(os, name, _counted(getattr(os, name)))
-    mapped._populate = _counted(mapped._populate)
+    for name in ("_map", "_populate", "_unmap"):
+        setattr(mapped, name, _counted(getattr(mapped, name)))
     for module in list(sys.modules.values()):
         for value in list(vars(module).values()) if module is not None else ():
             if isinstance(value, compiled.Kernel) and id(value) not in _kernels_done:

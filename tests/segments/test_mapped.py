@@ -47,19 +47,41 @@ def test_a_window_cut_off_by_a_truncate_is_not_handed_out(tmp_path, monkeypatch)
     path = tmp_path / "f"
     path.write_bytes(os.urandom(3 * 4096))
     fd = os.open(path, os.O_RDWR)
-    real_mmap = mapped.mmap.mmap
+    real_map = mapped._map
 
-    def mmap_then_truncate(*args, **kwargs):  # the file shrinks between the mapping and its population
-        mapping = real_mmap(*args, **kwargs)
+    def map_then_truncate(*args):  # the file shrinks between the mapping and its population
+        address = real_map(*args)
         os.ftruncate(fd, 4096)
-        return mapping
+        return address
 
     try:
-        monkeypatch.setattr(mapped.mmap, "mmap", mmap_then_truncate)
+        monkeypatch.setattr(mapped, "_map", map_then_truncate)
         assert mapped.mapped_window(fd, 5000, 3000) is None
-        monkeypatch.setattr(mapped.mmap, "mmap", real_mmap)
+        monkeypatch.setattr(mapped, "_map", real_map)
         assert mapped.mapped_window(fd, 5000, 3000) is None  # past the end now: not even mapped
         assert mapped.mapped_window(fd, 100, 3000) is not None
+    finally:
+        os.close(fd)
+
+
+def test_a_window_is_read_only_and_unmapped_when_its_last_view_goes(tmp_path, monkeypatch):
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(3 * 4096))
+    unmapped: list[tuple[int, int]] = []
+    real_unmap = mapped._unmap
+    monkeypatch.setattr(mapped, "_unmap", lambda address, length: (unmapped.append((address, length)),
+                                                                   real_unmap(address, length)))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        window = mapped.mapped_window(fd, 5000, 3000)
+        assert window is not None and window.readonly and window.format == "B" and window[0] == path.read_bytes()[5000]
+        part = window[10:20]
+        del window
+        assert unmapped == []  # a slice of it still lives
+        assert bytes(part) == path.read_bytes()[5010:5020]
+        part.release()
+        del part
+        assert unmapped == [(unmapped[0][0], 5000 + 3000 - 4096)]  # the pages from the granule holding 5000
     finally:
         os.close(fd)
 
