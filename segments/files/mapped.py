@@ -109,6 +109,6 @@ def mapped_window(fd: int, position: int, size: int) -> memoryview | None:
         return None  # unmapped as `mapping` goes
     pages = (ctypes.c_ubyte * length).from_address(address)
     pages._mapping = mapping  # type: ignore[attr-defined]  # the pages stay mapped while any view of them lives
-    window = np.frombuffer(pages, dtype=np.uint8)[position - start:]  # a plain "B" buffer (ctypes' is "<B")
+    window = np.frombuffer(memoryview(pages), dtype=np.uint8)[position - start:]  # a plain "B" buffer (ctypes' is "<B")
     window.flags.writeable = False
     return memoryview(window)
