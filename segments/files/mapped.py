@@ -111,4 +111,4 @@ def mapped_window(fd: int, position: int, size: int) -> memoryview | None:
     pages._mapping = mapping  # type: ignore[attr-defined]  # the pages stay mapped while any view of them lives
     window = np.frombuffer(memoryview(pages), dtype=np.uint8)[position - start:]  # a plain "B" buffer (ctypes' is "<B")
     window.flags.writeable = False
-    return memoryview(window)
+    return window.data
