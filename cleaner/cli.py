@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -850,18 +851,25 @@ class _Bar:
     """`clean`'s progress bar on a terminal's stderr: the bytes read and written against twice the logs' size (a
     round reads its log twice, survey and recopy, and writes a fraction), never past 99% until the clean is done,
     then 100%; no time estimate (a first run compiles the kernels first). `clear_line` blanks it before a
-    partition's line is printed, so the line is not written over the bar."""
+    partition's line is printed, and before a logged warning (the first run's "compiling the cleaner's kernels"),
+    so that no line is written over the bar."""
 
     def __init__(self, total_bytes: int) -> None:
         self.length = max(2 * total_bytes, 1)
         self.done = 0
         self.bar = click.progressbar(length=self.length, label="cleaning", file=sys.stderr, show_eta=False)
+        self._last_resort: logging.Handler | None = None
 
     def __enter__(self):
         self.bar.__enter__()
+        # `clean` configures no logging handler: warnings go to logging's last resort, which writes to stderr
+        self._last_resort = logging.lastResort
+        if self._last_resort is not None:
+            logging.lastResort = _BelowTheBar(self, self._last_resort)
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        logging.lastResort = self._last_resort
         if exc_type is None:
             self.bar.update(self.length - self.done)
         return self.bar.__exit__(exc_type, exc, tb)
@@ -875,6 +883,18 @@ class _Bar:
     def clear_line(self) -> None:
         sys.stderr.write("\r\x1b[K")
         sys.stderr.flush()
+
+
+class _BelowTheBar(logging.Handler):
+    """A logging handler that blanks the bar's line, then lets `inner` write the record there."""
+
+    def __init__(self, bar: _Bar, inner: logging.Handler) -> None:
+        super().__init__(inner.level)
+        self._bar, self._inner = bar, inner
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._bar.clear_line()
+        self._inner.handle(record)
 
 
 def _describe(s: dict, show_policy: bool = False) -> str:

@@ -266,3 +266,21 @@ def test_on_a_terminal_the_bar_reaches_100_and_no_partition_line_is_written_over
     for name in ("a-0", "b-0"):
         before = text[: text.index(f"{name}: cleaned")]
         assert before.endswith("\r\x1b[K"), repr(before[-80:])  # the bar's line blanked first
+
+
+def test_a_warning_logged_while_the_bar_is_shown_starts_on_a_blanked_line(capsys, monkeypatch):
+    """The first run's "compiling the cleaner's kernels" warning (logged, so written by logging's last resort)
+    is not written over the bar: its line is blanked first, as before a partition's line; and the last resort
+    is logging's own again once the bar is gone."""
+    import logging
+
+    from cleaner.cli import _Bar
+
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # as in `clean`: none configured (pytest adds its own)
+    before = logging.lastResort
+    with _Bar(100 << 20) as bar:
+        bar.update(1 << 20)
+        logging.getLogger("cleaner.kernel_cache").warning("compiling the cleaner's kernels")
+    assert logging.lastResort is before
+    err = capsys.readouterr().err
+    assert "\r\x1b[Kcompiling the cleaner's kernels\n" in err, repr(err)
