@@ -599,7 +599,7 @@ def _txn_entries(cleaned: LogSegment, group, kept_markers: list[np.ndarray], ori
     rows = rows[np.isin(table.marker_offset[rows], kept) & (table.data_batches[rows] != 0)]
     producer_id, marker = table.producer_id[rows], table.marker_offset[rows]
     first_offset, stable = table.first_offset[rows].copy(), marker + 1
-    n = len(original)
+    n = original.entries
     if n and len(rows):  # match (producer, marker) pairs through ids shared by both sides
         pairs = np.concatenate((np.stack((original.producer_id, original.last_offset), axis=1),
                                 np.stack((producer_id, marker), axis=1)))

@@ -68,7 +68,8 @@ class AbortedTxns(NamedTuple):
             return cls.of(*([()] * 4))
         return cls(*(np.concatenate(column) for column in zip(*parts)))
 
-    def __len__(self) -> int:  # the number of entries, not of columns
+    @property
+    def entries(self) -> int:
         return len(self.last_offset)
 
     def row(self, i: int) -> AbortedTxn:
@@ -79,7 +80,7 @@ class AbortedTxns(NamedTuple):
 
     def same_as(self, other: AbortedTxns) -> bool:
         """The same entries in the same order."""
-        return len(self) == len(other) and all(np.array_equal(a, b) for a, b in zip(self, other))
+        return self.entries == other.entries and all(np.array_equal(a, b) for a, b in zip(self, other))
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,15 +211,15 @@ class TransactionIndex(_EntryFile):
     def append_many(self, txns: AbortedTxns) -> None:
         """`append` of every entry of `txns` in order, checked as a whole: `IndexAppendError` for the first
         entry `append` would refuse (with its message), and then nothing is appended."""
-        if not len(txns):
+        if not txns.entries:
             return
         n = self._loaded()
-        if n + len(txns) > self.entries_max:
-            raise IndexAppendError(f"the transaction index is full ({n} entries, {len(txns)} more)", path=self.path,
+        if n + txns.entries > self.entries_max:
+            raise IndexAppendError(f"the transaction index is full ({n} entries, {txns.entries} more)", path=self.path,
                                    offset=int(txns.last_offset[self.entries_max - n]))
         previous = self.last_offset
         last = txns.last_offset
-        follows = np.empty(len(txns), dtype=bool)
+        follows = np.empty(txns.entries, dtype=bool)
         follows[0] = previous is None or last[0] > previous
         follows[1:] = last[1:] > last[:-1]
         bad = ~follows | (txns.version != fmt.TXN_INDEX_VERSION) | (last < self.base_offset) | (txns.first_offset > last)
