@@ -17,7 +17,7 @@ or, for a round given three threads or more, on all of them but its own, a segme
 `segments.files.readahead`); the records of control batches are decoded in full by a compiled kernel
 (`segments.codec.control`; the Python decoder only for a batch it leaves undecided, which reports a fault), legacy
 wrappers, which are rare, by a scan of their own. Producers and transactions are tracked with numpy per window
-and producer, never per batch. This is the round's only CRC check: the index and recopy phases read the same
+(all its producers in one pass), never per batch. This is the round's only CRC check: the index and recopy phases read the same
 inactive segments again, which the cleaner lock keeps unchanged, and do not check them twice. Memory is
 proportional to the number of transactions and producers, not to the log. It reads the active segment too (open
 transactions end there); since its writer may be appending to it, only its control batches' CRCs are checked there.
@@ -572,60 +572,85 @@ def _producer_rows(result, window: bytes, path, *, crc_checked: bool) -> _Produc
 
 def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
                      ended: list[tuple[np.ndarray, ...]]) -> None:
-    """Advance each producer's state over the rows of one window, in offset order (numpy per producer), and
-    append the transactions its markers end to `ended` as `TransactionTable` columns, in the order of their
-    markers."""
-    pids, control, transactional = rows.producer_id, rows.is_control, rows.is_transactional
-    last_offset, base_offset, ends = rows.last_offset, rows.base_offset, rows.ends
-    by_producer = np.argsort(pids, kind="stable")  # grouped by producer id, in offset order within each
-    bounds = np.flatnonzero(np.diff(pids[by_producer])) + 1
+    """Advance each producer's state over the rows of one window, in offset order, and append the transactions its
+    markers end to `ended` as `TransactionTable` columns, in the order of their markers.
+
+    One pass of numpy over all the window's producers at once: the rows grouped by producer id (offset order
+    within each), a marker's transaction being its producer's transactional data batches since the producer's
+    previous marker (or, for its first marker here, since the window's start, plus what was open before it).
+    Python then only sets each producer's fields, new producers entering `producers` in log order."""
+    order = np.argsort(rows.producer_id, kind="stable")
+    n = len(order)
+    pids = rows.producer_id[order]
+    bounds = np.flatnonzero(pids[1:] != pids[:-1]) + 1
     starts = np.concatenate(([0], bounds))
-    stops = np.concatenate((bounds, [len(by_producer)]))
-    first_seen = np.argsort(by_producer[starts], kind="stable")  # new producers enter `producers` in log order
-    found: list[tuple[np.ndarray, ...]] = []
-    for g in first_seen.tolist():
-        idx = by_producer[starts[g] : stops[g]]
-        pid = int(pids[idx[0]])
+    stops = np.concatenate((bounds, [n]))
+    groups = len(starts)
+    control, last, base = rows.is_control[order], rows.last_offset[order], rows.base_offset[order]
+    txn_data = (~control & rows.is_transactional[order]).astype(np.int64)
+    last_data_row = np.maximum.reduceat(np.where(control, -1, np.arange(n)), starts)
+    newest = np.maximum.reduceat(rows.max_timestamp[order], starts)
+    txn_before = np.cumsum(txn_data) - txn_data  # transactional data rows before each row
+    txn_rows = np.flatnonzero(txn_data)
+    group_txn_start = txn_before[starts]  # where each group's rows begin in txn_rows
+    group_txn_total = np.add.reduceat(txn_data, starts)
+    # The markers, each with its group and the group's transactional data rows before it.
+    markers = np.flatnonzero(rows.ends[order] >= 0)
+    group_of = np.repeat(np.arange(groups), stops - starts)[markers]
+    before = txn_before[markers] - group_txn_start[group_of]
+    first_in_group = np.ones(len(markers), dtype=bool)
+    first_in_group[1:] = group_of[1:] != group_of[:-1]
+    last_in_group = np.ones(len(markers), dtype=bool)
+    last_in_group[:-1] = group_of[:-1] != group_of[1:]
+    after_previous = np.where(first_in_group, 0, np.concatenate(([0], before[:-1])))
+    counts = before - after_previous
+    if len(txn_rows):
+        first_row = txn_rows[np.minimum(group_txn_start[group_of] + after_previous, len(txn_rows) - 1)]
+        firsts = np.where(counts > 0, base[first_row], last[markers])
+    else:
+        firsts = last[markers].copy()
+    # After each group's last marker: the transaction left open, its first data offset (-1: none) and batches.
+    first_marker = np.full(groups, -1, dtype=np.int64)
+    first_marker[group_of[first_in_group]] = np.flatnonzero(first_in_group)
+    rest = np.full(groups, -1, dtype=np.int64)  # -1: the group has no marker
+    rest[group_of[last_in_group]] = group_txn_total[group_of[last_in_group]] - before[last_in_group]
+    open_first = np.full(groups, -1, dtype=np.int64)
+    left_open = np.flatnonzero(rest > 0)
+    open_first[left_open] = base[txn_rows[group_txn_start[left_open] + group_txn_total[left_open] - rest[left_open]]]
+    first_open_base = np.full(groups, -1, dtype=np.int64)  # for a group without markers: its first txn data batch
+    has_txn = group_txn_total > 0
+    first_open_base[has_txn] = base[txn_rows[group_txn_start[has_txn]]]
+
+    last_rows = stops - 1
+    facts = zip(pids[starts].tolist(), last[last_rows].tolist(), control[last_rows].tolist(), newest.tolist(),
+                np.where(last_data_row >= 0, last[np.maximum(last_data_row, 0)], -1).tolist(),
+                first_marker.tolist(), rest.tolist(), open_first.tolist(), group_txn_total.tolist(),
+                first_open_base.tolist())
+    by_group = list(facts)
+    for g in np.argsort(order[starts], kind="stable").tolist():  # the producers in order of first appearance
+        pid, last_entry, is_control, ts, last_data, k, left, left_first, txn_total, txn_first = by_group[g]
         state = producers.get(pid)
         if state is None:
             state = producers[pid] = ProducerState(pid)
-        last = last_offset[idx]
-        is_control = control[idx]
-        state.last_entry_offset = int(last[-1])
-        state.last_entry_is_control = bool(is_control[-1])
-        state.last_timestamp = max(state.last_timestamp, int(rows.max_timestamp[idx].max()))
-        data = np.flatnonzero(~is_control)
-        if len(data):
-            state.last_data_offset = int(last[data[-1]])
-        txn_data = np.flatnonzero(~is_control & transactional[idx])  # positions in idx
-        markers = np.flatnonzero(ends[idx] >= 0)
-        if not len(markers):
-            if len(txn_data):
+        state.last_entry_offset = last_entry
+        state.last_entry_is_control = is_control
+        state.last_timestamp = max(state.last_timestamp, ts)
+        if last_data >= 0:
+            state.last_data_offset = last_data
+        if k < 0:  # no marker: its transactional data extends (or opens) a transaction
+            if txn_total:
                 if state.open_txn_first_offset < 0:
-                    state.open_txn_first_offset = int(base_offset[idx[txn_data[0]]])
-                    state.open_txn_data_batches = 0
-                state.open_txn_data_batches += len(txn_data)
+                    state.open_txn_first_offset, state.open_txn_data_batches = txn_first, 0
+                state.open_txn_data_batches += txn_total
             continue
-        # Transaction k: its data batches lie between marker k-1 (or the window's start) and marker k.
-        before = np.searchsorted(txn_data, markers)  # data batches before each marker
-        after_previous = np.concatenate(([0], before[:-1]))
-        counts = before - after_previous
-        firsts = np.where(
-            counts > 0, base_offset[idx[txn_data[np.minimum(after_previous, len(txn_data) - 1)]]] if len(txn_data) else 0,
-            last[markers],
-        )
-        counts[0] += state.open_txn_data_batches
+        counts[k] += state.open_txn_data_batches  # its first marker ends what was open before the window
         if state.open_txn_first_offset >= 0:
-            firsts[0] = state.open_txn_first_offset
-        marker_batches = idx[markers]
-        found.append((marker_batches, np.full(len(markers), pid), firsts, last[markers], ends[marker_batches], counts))
-        rest = len(txn_data) - int(before[-1])
-        state.open_txn_first_offset = int(base_offset[idx[txn_data[before[-1]]]]) if rest else -1
-        state.open_txn_data_batches = rest
-    if found:
-        columns = [np.concatenate(c) for c in zip(*found)]
-        in_order = np.argsort(columns[0], kind="stable")
-        ended.append(tuple(c[in_order].astype(np.int64) for c in columns[1:]))
+            firsts[k] = state.open_txn_first_offset
+        state.open_txn_first_offset, state.open_txn_data_batches = left_first, left
+    if len(markers):
+        in_order = np.argsort(order[markers], kind="stable")
+        ended.append(tuple(np.asarray(column, dtype=np.int64)[in_order] for column in (
+            pids[markers], firsts, last[markers], rows.ends[order][markers], counts)))
 
 
 def _transaction_ends(result, window: bytes, batches: np.ndarray, path, crc_checked: bool) -> np.ndarray:
