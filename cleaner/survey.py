@@ -17,10 +17,11 @@ or, for a round given three threads or more, on all of them but its own, a segme
 `segments.files.readahead`); the records of control batches are decoded in full by a compiled kernel
 (`segments.codec.control`; the Python decoder only for a batch it leaves undecided, which reports a fault), legacy
 wrappers, which are rare, by a scan of their own. Producers and transactions are tracked with numpy per window
-(all its producers in one pass), never per batch. This is the round's only CRC check: the index and recopy phases read the same
-inactive segments again, which the cleaner lock keeps unchanged, and do not check them twice. Memory is
-proportional to the number of transactions and producers, not to the log. It reads the active segment too (open
-transactions end there); since its writer may be appending to it, only its control batches' CRCs are checked there.
+(all its producers in one pass), never per batch. This is the round's only CRC check: the index and recopy
+phases read the same inactive segments again, which the cleaner lock keeps unchanged, and do not check them
+twice. Memory is proportional to the number of transactions and producers, not to the log. It reads the
+active segment too (open transactions end there); since its writer may be appending to it, only its control
+batches' CRCs are checked there.
 
 The rounds of one partition that follow each other (a map too small for the dirty section: partial rounds) read
 mostly the same inactive segments again. A `SurveyMemo`, kept by the cleaner thread (or `clean`'s partition) like
@@ -586,7 +587,8 @@ def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
     starts = np.concatenate(([0], bounds))
     stops = np.concatenate((bounds, [n]))
     groups = len(starts)
-    control, last, base = rows.is_control[order], rows.last_offset[order], rows.base_offset[order]
+    control, last, base, ends = (rows.is_control[order], rows.last_offset[order], rows.base_offset[order],
+                                 rows.ends[order])
     txn_data = (~control & rows.is_transactional[order]).astype(np.int64)
     last_data_row = np.maximum.reduceat(np.where(control, -1, np.arange(n)), starts)
     newest = np.maximum.reduceat(rows.max_timestamp[order], starts)
@@ -595,7 +597,7 @@ def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
     group_txn_start = txn_before[starts]  # where each group's rows begin in txn_rows
     group_txn_total = np.add.reduceat(txn_data, starts)
     # The markers, each with its group and the group's transactional data rows before it.
-    markers = np.flatnonzero(rows.ends[order] >= 0)
+    markers = np.flatnonzero(ends >= 0)
     group_of = np.repeat(np.arange(groups), stops - starts)[markers]
     before = txn_before[markers] - group_txn_start[group_of]
     first_in_group = np.ones(len(markers), dtype=bool)
@@ -622,11 +624,10 @@ def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
     first_open_base[has_txn] = base[txn_rows[group_txn_start[has_txn]]]
 
     last_rows = stops - 1
-    facts = zip(pids[starts].tolist(), last[last_rows].tolist(), control[last_rows].tolist(), newest.tolist(),
-                np.where(last_data_row >= 0, last[np.maximum(last_data_row, 0)], -1).tolist(),
-                first_marker.tolist(), rest.tolist(), open_first.tolist(), group_txn_total.tolist(),
-                first_open_base.tolist())
-    by_group = list(facts)
+    by_group = list(zip(pids[starts].tolist(), last[last_rows].tolist(), control[last_rows].tolist(), newest.tolist(),
+                        np.where(last_data_row >= 0, last[np.maximum(last_data_row, 0)], -1).tolist(),
+                        first_marker.tolist(), rest.tolist(), open_first.tolist(), group_txn_total.tolist(),
+                        first_open_base.tolist()))
     for g in np.argsort(order[starts], kind="stable").tolist():  # the producers in order of first appearance
         pid, last_entry, is_control, ts, last_data, k, left, left_first, txn_total, txn_first = by_group[g]
         state = producers.get(pid)
@@ -650,7 +651,7 @@ def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
     if len(markers):
         in_order = np.argsort(order[markers], kind="stable")
         ended.append(tuple(np.asarray(column, dtype=np.int64)[in_order] for column in (
-            pids[markers], firsts, last[markers], rows.ends[order][markers], counts)))
+            pids[markers], firsts, last[markers], ends[markers], counts)))
 
 
 def _transaction_ends(result, window: bytes, batches: np.ndarray, path, crc_checked: bool) -> np.ndarray:
