@@ -272,12 +272,9 @@ class LogSurvey:
             )
         return self._producer_table
 
-    def aborted_transactions_ending_in(self, start: int, end: int) -> list[Transaction]:
-        """Aborted transactions whose marker lies in [start, end), by marker offset (for `.txnindex`)."""
-        return self.transaction_table.rows(self.aborted_rows_ending_in(start, end))
-
     def aborted_rows_ending_in(self, start: int, end: int) -> np.ndarray:
-        """`aborted_transactions_ending_in` as rows of `transaction_table`."""
+        """The rows of `transaction_table` of the aborted transactions whose marker lies in [start, end), by
+        marker offset (for `.txnindex`)."""
         table = self.transaction_table
         markers = table.marker_offset
         rows = np.flatnonzero((table.control_type == fmt.CONTROL_TYPE_ABORT) & (start <= markers) & (markers < end))

@@ -63,8 +63,7 @@ def observe_if_first(config: pytest.Config) -> None:
         return  # a chosen mode is not a user's first run
     from cleaner import kernel_cache
 
-    stamp = kernel_cache.stamp_path()
-    if stamp.exists() and stamp.read_text().strip() == compiled.fingerprint():
+    if kernel_cache._compiled_already(compiled.fingerprint()):
         return
     with tempfile.TemporaryDirectory(prefix="logcleaner-first-clean-") as work:
         config.stash[OBSERVED] = observe(compiled.cache_dir(), Path(work))

@@ -19,7 +19,7 @@ only the windows in flight (two or three, as its `preadv` buffers), so the pages
 RSS, stay as few as the buffers they replace; a mapping of the whole segment counted all of it (W2's peak RSS
 went 285 → 412 MiB). The mapping, its population and its unmapping are libc calls through ctypes, which
 releases the GIL for each: Python 3.11's `mmap` holds it through `madvise` and through the `munmap` of a
-window's release (~0.15 ms an 8 MiB window, ~40 ms a GB read twice, on the round's thread).
+window's release (~0.12 ms an 8 MiB window, ~30 ms a GB read twice, on the round's thread: `perf`, W4).
 """
 
 from __future__ import annotations

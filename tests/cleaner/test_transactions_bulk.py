@@ -143,7 +143,7 @@ def test_the_survey_tracks_producers_and_transactions_as_the_per_batch_logic(tmp
             firsts += [t.first_offset for t in transactions if t.marker_offset >= hw]
         assert found.first_unstable_offset(hw) == (min(firsts) if firsts else None)
     aborted = sorted((t for t in transactions if t.aborted and 3 <= t.marker_offset < 60), key=lambda t: t.marker_offset)
-    assert found.aborted_transactions_ending_in(3, 60) == aborted
+    assert found.transaction_table.rows(found.aborted_rows_ending_in(3, 60)) == aborted
 
 
 @pytest.mark.parametrize("seed", range(8))
