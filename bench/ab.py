@@ -5,7 +5,8 @@ Per run and tree: `cp -r` of the partition into a fresh directory under `--data-
 `python -m cleaner.cli clean DIR --json` with `PYTHONPATH=TREE` (a worktree of the commit to measure, e.g.
 `git worktree add /tmp/before HEAD~1`; `.` is this one). Prints per tree the median of the wall time of the
 process and of the round's own figures from its JSON (`survey_s`, `index_s`, `recopy_s`, `elapsed_s`), and
-the wall time minus the round (start-up, opening, the end of the process), and the process's peak RSS. A benchmark measures; it never
+the wall time minus the round (start-up, opening, the end of the process), and the process's peak RSS. With
+`--cold`, the copy's pages are dropped from the page cache before each clean. A benchmark measures; it never
 asserts a time. The inputs are any partition directory, e.g. one `bench/run.py --keep` left.
 
 A tree may carry environment variables for its processes: `--tree .:LOGCLEANER_KERNELS=jit` runs this tree's
@@ -31,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-from run import _copy  # the sibling module, from the path above
+from run import _copy, _drop_cache  # the sibling module, from the path above
 
 NOW_MS = 1_900_000_000_000
 FIELDS = ("survey_s", "index_s", "recopy_s", "elapsed_s")
@@ -43,12 +44,14 @@ def _tree(spec: str) -> tuple[Path, dict[str, str]]:
     return Path(path).resolve(), dict(v.split("=", 1) for v in variables.split(",") if v)
 
 
-def _one(partition: Path, spec: str, run_dir: Path, dedupe_bytes: int) -> dict:
+def _one(partition: Path, spec: str, run_dir: Path, dedupe_bytes: int, cold: bool = False) -> dict:
     tree, variables = _tree(spec)
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     target = run_dir / partition.name
     _copy(partition, target)
+    if cold:
+        _drop_cache(target)
     started = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "cleaner.cli", "clean", str(target), "--json", "--now-ms", str(NOW_MS),
@@ -82,6 +85,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--dedupe-mb", type=float, default=256)
     parser.add_argument("--data-dir", type=Path, default=BENCH / "data")
+    parser.add_argument("--cold", action="store_true",
+                        help="drop the copy's pages from the page cache (posix_fadvise DONTNEED) before each clean")
     args = parser.parse_args()
     trees = list(args.tree)
     run_dir = args.data_dir / "ab-run"
@@ -89,10 +94,12 @@ def main() -> None:
     try:
         for _ in range(args.runs):
             for tree in trees:
-                rows[tree].append(_one(args.partition.resolve(), tree, run_dir, int(args.dedupe_mb * 2**20)))
+                rows[tree].append(_one(args.partition.resolve(), tree, run_dir, int(args.dedupe_mb * 2**20),
+                                       args.cold))
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    print(f"{args.partition}: {args.runs} runs per tree, interleaved; load average at the end "
+    print(f"{args.partition}: {args.runs} runs per tree, interleaved, {'cold' if args.cold else 'warm'} page cache; "
+          f"load average at the end "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("| tree | wall s | survey s | index s | recopy s | round s | wall minus round s | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

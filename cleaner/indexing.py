@@ -18,11 +18,13 @@ looked up in the map as before). CRCs are not checked again here: the survey che
 inactive segments this round, and the cleaner lock keeps them unchanged since.
 
 When the section's bounds can be foreseen before the survey, the survey's own pass fills the map
-(`IndexAhead`, the same rules through `_MapFiller`) and the section is read once, not twice.
+(`IndexAhead`, the same rules through `_MapFiller`, holding back what follows an open transaction until it
+ends) and the section is read once, not twice.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import time
 from collections.abc import Callable
@@ -32,11 +34,12 @@ from types import ModuleType
 import numpy as np
 
 from offsetmap import OffsetMap, hash_key_rows
+from segments.codec import format as fmt
 from segments.files.readahead import WindowRing, read_ahead
 from segments.files.segment import LogSegment
 from segments.partition.log import PartitionLog
 
-from .survey import WINDOW_BYTES, LogSurvey
+from .survey import WINDOW_BYTES, LogSurvey, TransactionTable, _ClosedTransactions
 
 __all__ = ["IndexAhead", "IndexResult", "SupersededOffsets", "build_offset_map"]
 
@@ -128,6 +131,14 @@ class _MapFiller:
         """Insert one window's selected records (`_window_keys`: their offsets and hashes); True when the map
         filled (indexing stops there)."""
         self.records_read += result.n_records
+        if self.insert(offsets, h1, h2):
+            return True
+        self.window_end(int(result.last_offset[-1]))
+        return False
+
+    def insert(self, offsets: np.ndarray, h1, h2) -> bool:
+        """Insert selected records, in offset order; True when the map filled (indexing stops there). A
+        window's records may come in several calls: the map ends the same."""
         if len(offsets):
             previous = np.empty(len(offsets), dtype=np.int64)
             consumed = self.map.insert_hashes(h1, h2, offsets, previous=previous)
@@ -136,10 +147,12 @@ class _MapFiller:
             if consumed < len(offsets):
                 self.map_full = True
                 return True
-        last = int(result.last_offset[-1])
+        return False
+
+    def window_end(self, last: int) -> None:
+        """A window whose last batch ends at offset `last` is inserted whole: the map has seen up to it."""
         if last >= self.first_dirty and last >= self.map.latest_offset:
             self.map.advance_latest_offset(min(last, self.first_uncleanable - 1))
-        return False
 
     def segment_done(self, next_base: int) -> None:
         """A segment is indexed whole: skip the offset gap up to `next_base`, the next segment's base or
@@ -147,6 +160,13 @@ class _MapFiller:
         gap_end = min(next_base, self.first_uncleanable) - 1
         if gap_end >= max(self.map.latest_offset, self.first_dirty):
             self.map.advance_latest_offset(gap_end)
+
+    def bound(self, first_uncleanable: int) -> None:
+        """The section ends at `first_uncleanable` (at most the one assumed so far, and nothing at or past it
+        inserted yet): clamp there from now on, and cover the offsets `build_offset_map` would cover."""
+        self.first_uncleanable = first_uncleanable
+        bits = self.superseded.bits
+        self.superseded.bits = bits[:min(len(bits), (max(first_uncleanable - self.first_dirty, 0) + 7) // 8)]
 
     def result(self, elapsed_s: float) -> IndexResult:
         latest = self.map.latest_offset
@@ -213,16 +233,49 @@ def build_offset_map(
     return filler.result(time.monotonic() - started)
 
 
+class _HeldWindow:
+    """A surveyed window of the section whose records are not all in the map yet: its selected records (offsets
+    and hashes, from `done` on) and, when it has transactional data batches, their producer ids and offsets, to
+    drop the aborted ones once their transactions have ended."""
+
+    __slots__ = ("counted", "done", "h1", "h2", "last", "n_records", "offsets", "txn")
+
+    def __init__(self, result, keys, txn) -> None:
+        self.n_records = result.n_records
+        self.last = int(result.last_offset[-1])
+        self.offsets, self.h1, self.h2 = keys
+        self.txn = txn  # (producer_id, base_offset, last_offset) of its transactional data batches, or None
+        self.done = 0  # records before it are in the map (or dropped)
+        self.counted = False  # added to the records read
+
+    @property
+    def nbytes(self) -> int:
+        return 24 * (len(self.offsets) - self.done) + (0 if self.txn is None else 24 * len(self.txn[0]))
+
+
+# How much a survey's pass may hold back while a transaction is open (24 bytes a record); past it the index phase
+# reads the section again. W4's transactions hold back a few batches; a transaction left open holds the rest of the log.
+HELD_BYTES_MAX = 32 * 1024 * 1024
+
+
 class IndexAhead:
     """The index phase done inside the survey's pass, so that the dirty section is read once instead of twice.
 
-    Used when the dirty section's bounds are known before the survey: from the cleaner checkpoint (or the log
-    start) to the active segment or the high watermark, whichever is lower. The survey scans the records of
-    the segments overlapping it (not only their headers), hashes on its read-ahead thread and fills the map on
-    the round's thread with the index phase's own rules (`_MapFiller`): the same records in the same order,
-    so the same map. It is abandoned at the first transactional batch in the section (whether a transaction
-    was aborted is known only once the survey has seen its marker), and `result` returns None unless the
-    survey's cleanable range is exactly the one assumed; the round then runs `build_offset_map` as before.
+    Used when the dirty section's bounds can be foreseen before the survey: from the cleaner checkpoint (or the
+    log start) to the active segment or the high watermark, whichever is lower. The survey scans the records
+    of the segments overlapping it (not only their headers), hashes them on its read-ahead thread, and the
+    round's thread inserts them with the index phase's own rules (`_MapFiller`): the same records in the same
+    order, so the same map.
+
+    Transactions decide what may go in yet. A record at or past the first offset of a transaction still open
+    may belong to an aborted transaction, or lie past the section's end, which such a transaction bounds
+    (Kafka's first unstable offset): it is held back, with the
+    events that follow it (a window's end, a segment's), and they go in, in order, when that bound moves past
+    them; a held record of an aborted transaction is dropped then. The survey's end gives the section's
+    end: what is still held below it goes in, the rest is dropped, and if anything had gone in at or past it
+    (an open transaction's bound fell inside a segment already indexed), `result` returns None. It returns
+    None as well when the survey's section starts elsewhere, when more than `HELD_BYTES_MAX` was held, or at a
+    window of the section whose records were not scanned; the round then runs `build_offset_map` as before.
     The read-ahead thread only reads this object's flags; the round's thread sets them.
     """
 
@@ -235,6 +288,12 @@ class IndexAhead:
         self.alive = True  # False once abandoned: the index phase runs after the survey
         self._stopped = False  # the map filled: later windows are surveyed by their headers only
         self._indexing: set[int] = set()  # segments whose records the read-ahead thread scans
+        self._held: collections.deque[_HeldWindow | int] = collections.deque()  # windows, and ends of segments (i)
+        self._held_bytes = 0
+        self._reached = -1  # the highest offset an event that went in stands for
+        self._open: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self._aborted: list[tuple[np.ndarray, ...]] = []  # aborted transactions (TransactionTable columns)
+        self._aborted_lookup: _ClosedTransactions | None = None
 
     def scans_records(self, i: int) -> bool:
         """(read-ahead thread) Whether segment i's records are scanned: it overlaps the section, which is
@@ -250,29 +309,131 @@ class IndexAhead:
 
     def keys(self, result):
         """(read-ahead thread) The records to index in a window of a segment whose records were scanned: their
-        offsets and hashes (`_window_keys`)."""
+        offsets and hashes (`_window_keys`), aborted transactions' records included (dropped when released)."""
         return _window_keys(result, None, self.first_dirty, self.end, self._seed)
+
+    def track(self, rows, producers: dict, ended: tuple[np.ndarray, ...] | None) -> None:
+        """(round's thread) The survey tracked the producers of a window (`rows`, `_ProducerRows`), which ended
+        the transactions `ended` (`TransactionTable` columns, or None); called before `take` of that window."""
+        if not self.alive or self._stopped:
+            return
+        if ended is not None:  # the aborted transactions that may hold records of the section
+            aborted = (ended[3] == fmt.CONTROL_TYPE_ABORT) & (ended[2] >= self.first_dirty)  # type, marker
+            if aborted.any():
+                self._aborted.append(tuple(column[aborted] for column in ended))
+                self._aborted_lookup = None
+        if ended is not None or rows.is_transactional.any():
+            for pid in np.unique(rows.producer_id).tolist():
+                first = producers[pid].open_txn_first_offset
+                if first >= 0:
+                    self._open[pid] = first
+                else:
+                    self._open.pop(pid, None)
 
     def take(self, i: int, result, keys) -> None:
         """(round's thread) One surveyed window of segment i, with `keys` if its records were scanned."""
         if not self.alive or self._stopped:
             return
         in_section = (result.last_offset >= self.first_dirty) & (result.base_offset < self.end)
-        if in_section.any() and (keys is None or (in_section & result.is_transactional).any()):
-            self.alive = False  # a transaction's outcome is not known yet, or the records were not scanned
+        if in_section.any() and keys is None:
+            self._abandon()  # the records were not scanned
             return
-        if i in self._indexing:  # a window the index phase reads: the same effect on the map
-            self._stopped = self._filler.window(result, *(keys if keys is not None else (_NONE, None, None)))
+        if i not in self._indexing:  # a window the index phase does not read
+            return
+        txn = np.flatnonzero(in_section & result.is_transactional & ~result.is_control)
+        held = _HeldWindow(result, keys if keys is not None else (_NONE, _NONE, _NONE),
+                           (result.producer_id[txn], result.base_offset[txn], result.last_offset[txn])
+                           if len(txn) else None)
+        self._held.append(held)
+        self._held_bytes += held.nbytes
+        self._release(self._stable_bound())
+        if self._held_bytes > HELD_BYTES_MAX:
+            self._abandon()
 
     def segment_done(self, i: int, next_offset: int) -> None:
         """(round's thread) Segment i is surveyed whole; `next_offset` is the offset after its last batch."""
         if not self.alive or self._stopped or i not in self._indexing or next_offset <= self.first_dirty:
             return
-        self._filler.segment_done(self._bases[i + 1] if i + 1 < len(self._bases) else self.end)
+        self._held.append(i)
+        self._release(self._stable_bound())
 
     def result(self, first_dirty: int, first_uncleanable: int, map_from: int) -> IndexResult | None:
-        """The index built in the survey, if the round's section is the one assumed; else None. Its time is
-        the survey's (`elapsed_s` 0: the phases of a round stay disjoint)."""
-        if not self.alive or (first_dirty, first_uncleanable, map_from) != (self.first_dirty, self.end, self.first_dirty):
+        """The index built in the survey, if the round's section is the one assumed, or ends below it where
+        nothing went in yet; else None. Its time is the survey's (`elapsed_s` 0: the phases of a round stay
+        disjoint)."""
+        if (not self.alive or (first_dirty, map_from) != (self.first_dirty, self.first_dirty)
+                or first_uncleanable > self.end or self._reached >= first_uncleanable):
             return None
+        self._filler.bound(first_uncleanable)
+        if not self._stopped:
+            self._release(first_uncleanable)
+        self._held.clear()
         return self._filler.result(0.0)
+
+    def _abandon(self) -> None:
+        self.alive = False
+        self._held.clear()
+        self._aborted.clear()
+
+    def _stable_bound(self) -> int:
+        """Below which offset every transaction is decided: the first offset of the earliest one still open, or the
+        end assumed. (A marker at or past the high watermark leaves its transaction undecided, but lies past the
+        end assumed: it is seen after the last window indexed.)"""
+        return min([self.end, *self._open.values()])
+
+    def _release(self, bound: int) -> None:
+        """Put in the map, in order, what is held below offset `bound` (up to a window's first record at or past
+        it), dropping the records of aborted transactions."""
+        filler, held = self._filler, self._held
+        while held:
+            item = held[0]
+            if isinstance(item, int):  # the end of segment item: the offset gap up to the next segment's base
+                following = self._bases[item + 1] if item + 1 < len(self._bases) else self.end
+                if following - 1 >= bound:
+                    return
+                filler.segment_done(following)
+                self._reached = max(self._reached, following - 1)
+                held.popleft()
+                continue
+            stop = int(np.searchsorted(item.offsets, bound))
+            if stop == item.done and item.last >= bound:
+                return
+            if not item.counted:
+                filler.records_read += item.n_records
+                item.counted = True
+            if stop > item.done:
+                offsets, h1, h2 = item.offsets[item.done:stop], item.h1[item.done:stop], item.h2[item.done:stop]
+                self._reached = max(self._reached, int(offsets[-1]))
+                self._held_bytes -= 24 * (stop - item.done)
+                item.done = stop
+                if item.txn is not None:
+                    offsets, h1, h2 = self._without_aborted(item.txn, offsets, h1, h2)
+                if filler.insert(offsets, h1, h2):
+                    self._stopped = True
+                    held.clear()
+                    return
+            if item.last >= bound:
+                return
+            filler.window_end(item.last)
+            self._reached = max(self._reached, item.last)
+            self._held_bytes -= item.nbytes
+            held.popleft()
+
+    def _without_aborted(self, txn: tuple[np.ndarray, ...], offsets: np.ndarray, h1, h2):
+        """The records among (offsets, h1, h2), all below the stable bound, that no aborted transaction holds;
+        `txn` the window's transactional data batches (producer id, base offset, last offset)."""
+        if not self._aborted:
+            return offsets, h1, h2
+        producer_id, base, last = txn
+        if self._aborted_lookup is None:  # without those ended before this window's batches: no later one is in them
+            columns = [np.concatenate(column) for column in zip(*self._aborted)]
+            live = columns[2] >= base[0]  # the marker
+            self._aborted = [tuple(column[live] for column in columns)]
+            self._aborted_lookup = _ClosedTransactions(TransactionTable(*self._aborted[0]))
+        aborted = self._aborted_lookup.aborted_batches(producer_id, base, np.ones(len(base), dtype=bool))
+        if not aborted.any():
+            return offsets, h1, h2
+        j = np.searchsorted(base, offsets, side="right") - 1
+        dropped = (j >= 0) & (offsets <= last[np.maximum(j, 0)]) & aborted[np.maximum(j, 0)]
+        kept = ~dropped
+        return offsets[kept], h1[kept], h2[kept]

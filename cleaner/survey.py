@@ -180,6 +180,17 @@ class _ClosedTransactions:
                 j[idx] = start + np.searchsorted(self.first_offset[start:stop], offset[idx], side="right") - 1
         return np.maximum(j, 0), known & (j >= self.start[rank])
 
+    def aborted_batches(self, producer_id: np.ndarray, base_offset: np.ndarray, transactional: np.ndarray) -> np.ndarray:
+        """For data batches: True where the batch lies in one of these transactions that ended with an ABORT marker
+        (a producer's transactions never overlap: the last one starting at or before the batch is its own)."""
+        out = np.zeros(len(producer_id), dtype=bool)
+        candidates = np.flatnonzero(transactional & (producer_id >= 0))
+        if len(candidates) and len(self.producers):
+            base = base_offset[candidates]
+            j, found = self.last_starting_at_or_before(producer_id[candidates], base)
+            out[candidates] = found & (base <= self.marker_offset[j]) & self.aborted[j]
+        return out
+
     def ending_at(self, producer_id: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(j, found): j indexes the producer's transaction whose marker is at `offset`, where found."""
         rank, known = self._ranks(producer_id)
@@ -241,13 +252,7 @@ class LogSurvey:
 
     def aborted_batches(self, producer_id: np.ndarray, base_offset: np.ndarray, transactional: np.ndarray) -> np.ndarray:
         """For data batches: True where the batch belongs to a transaction that ended with an ABORT marker."""
-        out = np.zeros(len(producer_id), dtype=bool)
-        candidates = np.flatnonzero(transactional & (producer_id >= 0))
-        if len(candidates) and len(self._closed.producers):
-            base = base_offset[candidates]
-            j, found = self._closed.last_starting_at_or_before(producer_id[candidates], base)
-            out[candidates] = found & (base <= self._closed.marker_offset[j]) & self._closed.aborted[j]
-        return out
+        return self._closed.aborted_batches(producer_id, base_offset, transactional)
 
     def transaction_markers(self, producer_id: np.ndarray, marker_offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For control batches (producer ids, offsets): (is_marker, discardable).
@@ -406,6 +411,8 @@ def survey_log(
             offset_floor = _check_remembered(result, segment, segments[i + 1].base_offset, offset_floor)
             for rows in result.producer_rows:
                 _track_producers(rows, producers, ended)
+                if index_ahead is not None:
+                    index_ahead.track(rows, producers, ended[-1] if rows.ends.max() >= 0 else None)
             surveys.append(result.survey)
             if index_ahead is not None:
                 index_ahead.segment_done(i, result.survey.next_offset)
@@ -452,6 +459,8 @@ def survey_log(
         window_rows = _producer_rows(result, window, segment.paths.log, crc_checked=inactive)
         if window_rows is not None:
             _track_producers(window_rows, producers, ended)
+            if index_ahead is not None:
+                index_ahead.track(window_rows, producers, ended[-1] if window_rows.ends.max() >= 0 else None)
             if memo is not None and inactive:
                 rows_read.append(window_rows)
         if index_ahead is not None:

@@ -172,9 +172,11 @@ def file_digests(root: Path) -> dict[str, str]:
 
 
 
-def random_log(directory: Path, seed: int, *, batches_max: int = 40, offset_gap: int = 0) -> None:
+def random_log(directory: Path, seed: int, *, batches_max: int = 40, offset_gap: int = 0,
+               end_transactions: bool = True) -> None:
     """A seeded random log over 7 keys: plain, idempotent and transactional batches of every codec, commits
-    and aborts, tombstones, unkeyed records, shuffled timestamps and random rolls; every transaction ends.
+    and aborts, tombstones, unkeyed records, shuffled timestamps and random rolls; every transaction ends
+    (with `end_transactions` False, those still open are left open, before a last plain batch).
     With `offset_gap`, `offset_gap` unused offsets follow every data record (as after an earlier compaction)."""
     rnd = random.Random(seed)
     stride = offset_gap + 1
@@ -211,6 +213,9 @@ def random_log(directory: Path, seed: int, *, batches_max: int = 40, offset_gap:
             steps.append(batch(recs, **codec))
         if rnd.random() < 0.15:
             steps.append(ROLL)
-    for pid in sorted(open_txns):
-        steps.append(commit(pid, timestamp=T0 + batches_max))
+    if end_transactions:
+        for pid in sorted(open_txns):
+            steps.append(commit(pid, timestamp=T0 + batches_max))
+    else:
+        steps.append(batch([Rec(b"k0", b"last", T0 + batches_max)]))
     build_log(directory, steps)

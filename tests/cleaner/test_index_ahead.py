@@ -25,6 +25,7 @@ from .builders import (
     ROLL,
     T0,
     Rec,
+    abort,
     batch,
     build_log,
     clean,
@@ -113,18 +114,95 @@ def test_a_high_watermark_inside_a_segment_bounds_the_section_alike(tmp_path, mo
     assert rounds[0]["first_uncleanable"] == 8 and used == 1
 
 
-def test_a_transaction_in_the_section_leaves_indexing_to_the_index_phase(tmp_path, monkeypatch):
+def test_an_aborted_transaction_in_the_section_is_dropped_from_the_survey_pass(tmp_path, monkeypatch):
+    """`a` of the aborted transaction must not supersede `a`=1: if the survey's pass inserted it, the round
+    would drop `a`=1, and the files would differ from the index phase's."""
     def build(directory):
-        build_log(directory, [batch([(b"a", b"1"), (b"b", b"1")]), txn_batch([(b"a", b"2")], pid=5), commit(5),
-                              ROLL, batch([(b"b", b"3")])])
+        build_log(directory, [batch([(b"a", b"1"), (b"b", b"1")]), txn_batch([(b"a", b"2")], pid=5),
+                              batch([(b"b", b"2")]), abort(5), txn_batch([(b"b", b"3")], pid=6), commit(6),
+                              ROLL, batch([(b"b", b"4")])])
 
     rounds, used = _compare(tmp_path, monkeypatch, build)
-    assert used == 0
+    assert used == 1 and rounds[0]["records_indexed"] == 5  # a=1, b=1, b=2, b=3, b=4 (the last segment is not active)
 
 
-def test_random_logs_with_transactions_and_every_codec_come_out_the_same(tmp_path, monkeypatch):
-    for seed in range(8):
-        _compare(tmp_path / str(seed), monkeypatch, lambda d, s=seed: random_log(d, s, batches_max=50))
+def test_a_transaction_across_segments_is_held_until_its_marker(tmp_path, monkeypatch):
+    def build(directory):
+        build_log(directory, [batch([(b"a", b"1")]), txn_batch([(b"a", b"2"), (b"c", b"2")], pid=5), ROLL,
+                              batch([(b"b", b"1")]), txn_batch([(b"b", b"2")], pid=5), ROLL, abort(5),
+                              batch([(b"c", b"3")]), ROLL, batch([(b"z", b"1")])])
+
+    rounds, used = _compare(tmp_path, monkeypatch, build)
+    assert used == 1 and rounds[0]["records_indexed"] == 4  # a=1, b=1, c=3, z=1 (the last segment is not active)
+
+
+def test_an_open_transaction_inside_an_inactive_segment_ends_the_section_below_the_end_assumed(tmp_path,
+                                                                                               monkeypatch):
+    """The open transaction bounds the section at its segment's base (8): the survey's pass stopped there, so it
+    is used; the same transaction starting after indexed records of its segment is not (they went in)."""
+    def build(first_batch):
+        def build_it(directory):
+            steps = [batch([(b"a", b"1")]), ROLL] + ([] if first_batch else [batch([(b"a", b"2")])])
+            build_log(directory, steps + [txn_batch([(b"a", b"3")], pid=5), batch([(b"b", b"1")]), ROLL,
+                                          batch([(b"z", b"1")])])
+        return build_it
+
+    rounds, used = _compare(tmp_path / "first", monkeypatch, build(True))
+    assert rounds[0]["first_uncleanable"] == 1 and used == 1
+    rounds, used = _compare(tmp_path / "later", monkeypatch, build(False))
+    assert rounds[0]["first_uncleanable"] == 1 and used == 0
+
+
+def test_a_marker_at_the_high_watermark_keeps_its_transaction_undecided(tmp_path, monkeypatch):
+    """The transaction from 1 ends at 4, past the high watermark: it stays undecided (the section ends at 1),
+    and the survey's pass, which held back what follows its first offset, is used."""
+    def build(directory):
+        build_log(directory, [batch([(b"a", b"1")]), ROLL, txn_batch([(b"a", b"2")], pid=5), batch([(b"b", b"1")]),
+                              ROLL, batch([(b"a", b"3")]), abort(5), ROLL, batch([(b"a", b"5")]), ROLL,
+                              batch([(b"z", b"1")])])
+        set_high_watermark(directory, 4)  # the abort marker, at 4, is not replicated
+
+    rounds, used = _compare(tmp_path, monkeypatch, build)
+    assert rounds[0]["first_uncleanable"] == 1 and used == 1
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_transactional_logs_every_codec_index_in_the_survey_alike(tmp_path, monkeypatch, seed):
+    """Every transaction ended: every full round's map is built in the survey's pass."""
+    rounds, used = _compare(tmp_path, monkeypatch, lambda d: random_log(d, seed, batches_max=50))
+    assert used == len(rounds)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_transactional_logs_with_partial_rounds_index_in_the_survey_alike(tmp_path, monkeypatch, seed):
+    """A map of a few keys fills inside transactions; the next rounds start inside a segment."""
+    rounds, used = _compare(tmp_path, monkeypatch, lambda d: random_log(d, 40 + seed, batches_max=60),
+                            map_bytes=24 * 4)
+    assert used == len(rounds) and len(rounds) > 1
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_logs_with_transactions_left_open_and_a_high_watermark_come_out_the_same(tmp_path, monkeypatch,
+                                                                                        seed):
+    def build(directory):
+        random_log(directory, 80 + seed, batches_max=60, end_transactions=seed % 2 == 0)
+        if seed % 4 >= 2:
+            set_high_watermark(directory, random.Random(seed).randint(5, 150))
+
+    _compare(tmp_path, monkeypatch, build, map_bytes=24 * (4 if seed % 3 == 0 else 4096))
+
+
+def test_more_held_back_than_the_bound_leaves_indexing_to_the_index_phase(tmp_path, monkeypatch):
+    """A transaction open across the section holds every later record back: past `HELD_BYTES_MAX`, the
+    survey's pass gives up and the index phase reads the section."""
+    monkeypatch.setattr(indexing, "HELD_BYTES_MAX", 24 * 10)
+
+    def build(directory):
+        build_log(directory, [txn_batch([(b"t", b"1")], pid=5)]
+                  + [batch([(b"k%d" % i, b"v")]) for i in range(20)] + [ROLL, commit(5), ROLL, batch([(b"z", b"1")])])
+
+    rounds, used = _compare(tmp_path, monkeypatch, build)
+    assert used == 0 and rounds[0]["records_indexed"] == 22  # t, k0-k19, z (the last segment is not active)
 
 
 def test_min_compaction_lag_is_not_foreseen(tmp_path, monkeypatch):
