@@ -430,10 +430,18 @@ class IndexAhead:
             live = columns[2] >= base[0]  # the marker
             self._aborted = [tuple(column[live] for column in columns)]
             self._aborted_lookup = _ClosedTransactions(TransactionTable(*self._aborted[0]))
-        aborted = self._aborted_lookup.aborted_batches(producer_id, base, np.ones(len(base), dtype=bool))
-        if not aborted.any():
+        aborted = np.flatnonzero(self._aborted_lookup.aborted_batches(producer_id, base,
+                                                                       np.ones(len(base), dtype=bool)))
+        if not len(aborted):
             return offsets, h1, h2
-        j = np.searchsorted(base, offsets, side="right") - 1
-        dropped = (j >= 0) & (offsets <= last[np.maximum(j, 0)]) & aborted[np.maximum(j, 0)]
-        kept = ~dropped
-        return offsets[kept], h1[kept], h2[kept]
+        # The records of each aborted batch are a run of the sorted offsets; the runs between them are kept, moved
+        # down in place (these arrays are the held window's own, and this part of them is done with).
+        starts = np.searchsorted(offsets, base[aborted]).tolist()
+        stops = np.searchsorted(offsets, last[aborted], side="right").tolist()
+        kept = starts[0]
+        for a, b in zip(stops, [*starts[1:], len(offsets)]):
+            if b > a:
+                for column in (offsets, h1, h2):
+                    column[kept:kept + b - a] = column[a:b]
+                kept += b - a
+        return offsets[:kept], h1[:kept], h2[:kept]
