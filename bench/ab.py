@@ -44,7 +44,8 @@ def _tree(spec: str) -> tuple[Path, dict[str, str]]:
     return Path(path).resolve(), dict(v.split("=", 1) for v in variables.split(",") if v)
 
 
-def _one(partition: Path, spec: str, run_dir: Path, dedupe_bytes: int, cold: bool = False) -> dict:
+def _one(partition: Path, spec: str, run_dir: Path, dedupe_bytes: int, cold: bool = False,
+         settings: tuple[str, ...] = ()) -> dict:
     tree, variables = _tree(spec)
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -55,7 +56,7 @@ def _one(partition: Path, spec: str, run_dir: Path, dedupe_bytes: int, cold: boo
     started = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "cleaner.cli", "clean", str(target), "--json", "--now-ms", str(NOW_MS),
-         "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}"],
+         "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}", *(a for s in settings for a in ("--set", s))],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, PYTHONPATH=str(tree), **variables), cwd=tree,
     )
@@ -85,6 +86,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--dedupe-mb", type=float, default=256)
     parser.add_argument("--data-dir", type=Path, default=BENCH / "data")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a cleaner setting for every clean (repeatable), e.g. the I/O throttle")
     parser.add_argument("--cold", action="store_true",
                         help="drop the copy's pages from the page cache (posix_fadvise DONTNEED) before each clean")
     args = parser.parse_args()
@@ -95,7 +98,7 @@ def main() -> None:
         for _ in range(args.runs):
             for tree in trees:
                 rows[tree].append(_one(args.partition.resolve(), tree, run_dir, int(args.dedupe_mb * 2**20),
-                                       args.cold))
+                                       args.cold, tuple(args.set)))
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     print(f"{args.partition}: {args.runs} runs per tree, interleaved, {'cold' if args.cold else 'warm'} page cache; "
