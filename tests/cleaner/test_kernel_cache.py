@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -244,3 +247,53 @@ def test_a_child_killed_otherwise_is_a_failure_said_once(fresh, monkeypatch, cap
     assert kernel_cache.ensure_compiled() is False
     assert kernel_cache._outcome == [False]
     assert "exit -9" in caplog.text
+
+
+def _children_of(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live processes whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == pid:
+                found.append((int(entry.name), (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_build_stopped_during_its_warm_up_stops_the_warm_up_process_and_leaves_nothing(tmp_path):
+    """The child compiles in a process of its own (`--warm-up-only`) so that the module's build does not carry
+    numba's compile memory; SIGTERM to the child during that warm-up ends both, with their scratch directories
+    removed and no stamp written."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"), TMPDIR=str(scratch),
+               PYTHONPATH=str(ROOT))
+    env.pop(compiled.MODE_ENV, None)
+    child = subprocess.Popen([sys.executable, "-m", "cleaner.kernel_cache"], cwd=ROOT, env=env,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        warm_up = []
+        while not warm_up and time.monotonic() < deadline and child.poll() is None:
+            warm_up = [pid for pid, cmd in _children_of(child.pid) if "--warm-up-only" in cmd]
+            time.sleep(0.05)
+        assert warm_up, "no warm-up process was started"
+        time.sleep(1.0)  # compiling by now
+        child.send_signal(signal.SIGTERM)
+        try:  # at once: the warm-up is stopped, not waited for (it compiles for ~25 s here)
+            _, stderr = child.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the stopped child waited for its warm-up process instead of stopping it")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 128 + signal.SIGTERM, stderr
+    assert not Path(f"/proc/{warm_up[0]}").exists() or "zombie" in Path(f"/proc/{warm_up[0]}/status").read_text()
+    assert list(scratch.iterdir()) == []
+    assert not (tmp_path / "numba-cache" / "logcleaner-kernels.stamp").exists()
