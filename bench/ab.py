@@ -6,7 +6,8 @@ Per run and tree: `cp -r` of the partition into a fresh directory under `--data-
 `git worktree add /tmp/before HEAD~1`; `.` is this one). Prints per tree the median of the wall time of the
 process and of the round's own figures from its JSON (`survey_s`, `index_s`, `recopy_s`, `elapsed_s`), and
 the wall time minus the round (start-up, opening, the end of the process), and the process's peak RSS. With
-`--cold`, the copy's pages are dropped from the page cache before each clean. A benchmark measures; it never
+`--cold`, the copy's pages are dropped from the page cache before each clean; `--set NAME=VALUE` (repeatable)
+gives every clean a cleaner setting, e.g. `log.cleaner.io.max.bytes.per.second`. A benchmark measures; it never
 asserts a time. The inputs are any partition directory, e.g. one `bench/run.py --keep` left.
 
 A tree may carry environment variables for its processes: `--tree .:LOGCLEANER_KERNELS=jit` runs this tree's

@@ -269,13 +269,13 @@ class IndexAhead:
 
     Transactions decide what may go in yet. A record at or past the first offset of a transaction still open
     may belong to an aborted transaction, or lie past the section's end, which such a transaction bounds
-    (Kafka's first unstable offset): it is held back, with the
-    events that follow it (a window's end, a segment's), and they go in, in order, when that bound moves past
-    them; a held record of an aborted transaction is dropped then. The survey's end gives the section's
-    end: what is still held below it goes in, the rest is dropped, and if anything had gone in at or past it
-    (an open transaction's bound fell inside a segment already indexed), `result` returns None. It returns
-    None as well when the survey's section starts elsewhere, when more than `HELD_BYTES_MAX` was held, or at a
-    window of the section whose records were not scanned; the round then runs `build_offset_map` as before.
+    (Kafka's first unstable offset): it is held back, with the events that follow it (a window's end, a
+    segment's), and they go in, in order, when that bound moves past them; a held record of an aborted
+    transaction is dropped then. The survey's end gives the section's end: what is still held below it goes
+    in, the rest is dropped, and if anything had gone in at or past it (an open transaction's bound fell
+    inside a segment already indexed), `result` returns None. It returns None as well when the survey's
+    section starts elsewhere, when more than `HELD_BYTES_MAX` was held, or at a window of the section whose
+    records were not scanned; the round then runs `build_offset_map` as before.
     The read-ahead thread only reads this object's flags; the round's thread sets them.
     """
 

@@ -410,9 +410,7 @@ def survey_log(
         if isinstance(result, _Remembered):
             offset_floor = _check_remembered(result, segment, segments[i + 1].base_offset, offset_floor)
             for rows in result.producer_rows:
-                _track_producers(rows, producers, ended)
-                if index_ahead is not None:
-                    index_ahead.track(rows, producers, ended[-1] if rows.ends.max() >= 0 else None)
+                _track_producers_for(index_ahead, rows, producers, ended)
             surveys.append(result.survey)
             if index_ahead is not None:
                 index_ahead.segment_done(i, result.survey.next_offset)
@@ -458,9 +456,7 @@ def survey_log(
         next_offset = int(result.last_offset[-1]) + 1
         window_rows = _producer_rows(result, window, segment.paths.log, crc_checked=inactive)
         if window_rows is not None:
-            _track_producers(window_rows, producers, ended)
-            if index_ahead is not None:
-                index_ahead.track(window_rows, producers, ended[-1] if window_rows.ends.max() >= 0 else None)
+            _track_producers_for(index_ahead, window_rows, producers, ended)
             if memo is not None and inactive:
                 rows_read.append(window_rows)
         if index_ahead is not None:
@@ -658,6 +654,16 @@ def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
         in_order = np.argsort(order[markers], kind="stable")
         ended.append(tuple(np.asarray(column, dtype=np.int64)[in_order] for column in (
             pids[markers], firsts, last[markers], ends[markers], counts)))
+
+
+def _track_producers_for(index_ahead: IndexAhead | None, rows: _ProducerRows, producers: dict[int, ProducerState],
+                         ended: list[tuple[np.ndarray, ...]]) -> None:
+    """`_track_producers`, then tell `index_ahead` (if any) what changed: the window's producers and the
+    transactions it ended."""
+    before = len(ended)
+    _track_producers(rows, producers, ended)
+    if index_ahead is not None:
+        index_ahead.track(rows, producers, ended[before] if len(ended) > before else None)
 
 
 def _transaction_ends(result, window: bytes, batches: np.ndarray, path, crc_checked: bool) -> np.ndarray:
