@@ -1,7 +1,7 @@
 """Compiled per-record loops of a cleaning round (numba, cached on disk).
 
 Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), `select_keys` (the
-records of a window the index phase inserts), the recopy's decisions over a window (`decide_window`: the
+records of a window the index phase inserts), `drop_runs` (the survey's pass dropping aborted records), the recopy's decisions over a window (`decide_window`: the
 actions and the keep mask; `window_horizons`: delete horizons and the window's counters;
 `producer_last_batches`: the batches holding their producer's last data; `marker_runs`: the transactions a
 window's markers end), and the recopy
@@ -26,7 +26,7 @@ from segments.codec._header_kernels import write_v2_header
 from segments.codec._lz4_kernels import compress_frame, frame_bound
 
 __all__ = [
-    "assemble_batches", "copy_records", "decide_window", "mark_offsets", "marker_runs", "offsets_marked",
+    "assemble_batches", "copy_records", "decide_window", "drop_runs", "mark_offsets", "marker_runs", "offsets_marked",
     "producer_last_batches", "rebase_records", "select_keys", "window_horizons",
 ]
 
@@ -514,6 +514,23 @@ def select_keys(offsets, key_len, batch_index, magic, attributes, aborted, first
         out_in_arena[count] = in_arena[b]
         count += 1
     return count
+
+
+@compiled.njit(cache=True, nogil=True)
+def drop_runs(offsets, h1, h2, starts, stops):
+    """Remove the entries [starts[k], stops[k]) of the three arrays (ascending, disjoint runs: the records of
+    aborted batches among a window's selected records), moving the others down in order, in place; returns how
+    many are left."""
+    n = offsets.size
+    kept = starts[0] if starts.size else n
+    for k in range(starts.size):
+        following = starts[k + 1] if k + 1 < starts.size else n
+        for i in range(stops[k], following):
+            offsets[kept] = offsets[i]
+            h1[kept] = h1[i]
+            h2[kept] = h2[i]
+            kept += 1
+    return kept
 
 
 @compiled.njit(cache=True, nogil=True)

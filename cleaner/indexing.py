@@ -436,12 +436,6 @@ class IndexAhead:
             return offsets, h1, h2
         # The records of each aborted batch are a run of the sorted offsets; the runs between them are kept, moved
         # down in place (these arrays are the held window's own, and this part of them is done with).
-        starts = np.searchsorted(offsets, base[aborted]).tolist()
-        stops = np.searchsorted(offsets, last[aborted], side="right").tolist()
-        kept = starts[0]
-        for a, b in zip(stops, [*starts[1:], len(offsets)]):
-            if b > a:
-                for column in (offsets, h1, h2):
-                    column[kept:kept + b - a] = column[a:b]
-                kept += b - a
+        kept = _kern().drop_runs(offsets, h1, h2, np.searchsorted(offsets, base[aborted]),
+                                 np.searchsorted(offsets, last[aborted], side="right"))
         return offsets[:kept], h1[:kept], h2[:kept]
