@@ -28,6 +28,7 @@ from .cli_support import (
     end_process,
     megabytes,
     notes_on_rebuilt_indexes,
+    occupy_closed_standard_fds,
     one_line,
     output_failed,
 )
@@ -1264,6 +1265,7 @@ def demo(directory: Path, records: int, keys: int, partitions: int) -> None:
 def entry() -> None:
     """The `logcleaner` console script and `python -m cleaner.cli`: the command group, then the process ends
     without the interpreter's teardown (`cli_support.end_process`). Tests call `main` (click's runner)."""
+    occupy_closed_standard_fds()
     try:
         try:
             main()  # click's standalone mode: always ends in SystemExit

@@ -1,7 +1,7 @@
 """What every `logcleaner` command shares with the others, beside its own options: how it ends when its reader
 goes away, how a usage error is shown, and how the library's notes about indexes rebuilt in memory reach the user.
 
-Owns six things for `cleaner.cli` and prints nothing of its own but those notes and errors:
+Owns seven things for `cleaner.cli` and prints nothing of its own but those notes and errors:
 * **A closed pipe**: the command stops quietly at its next write, as `cat` does, with exit status 141
   (`CommandGroup` catches `BrokenPipeError` around every command); work already done stays done. Output that
   cannot be written otherwise (`> /dev/full`, a full disk) ends the command with one line on stderr, exit 1
@@ -14,6 +14,10 @@ Owns six things for `cleaner.cli` and prints nothing of its own but those notes 
   stderr, said once per command run, at its end; the daemon (`run`) keeps its log lines.
 * **Sizes in MB**: every size a command prints is in decimal megabytes, 10^6 bytes (`megabytes`, `MB`), the
   one formatter; `cleaner.audit` and `cleaner.duplication`, which write lines for commands, use it too.
+* **Standard descriptors started closed** (`logcleaner ... >&-`): `occupy_closed_standard_fds` points each of
+  0, 1, 2 that is closed at start at /dev/null, before anything else opens a file, so that no segment, lock
+  or worker pipe is ever given one of those numbers (a write meant for stdout would land in it, and a forked
+  worker's stdin and stdout are set to /dev/null, which would cut such a pipe).
 * **The end of the process** (`end_process`): once a command has ended and its output is flushed, the process
   runs its exit handlers and ends without the interpreter's teardown (freeing numba's and LLVM's objects one
   by one: ~0.1-0.16 s of every command that cleaned or scanned something, for nothing the OS does not free).
@@ -46,7 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BROKEN_PIPE_EXIT", "MB", "CommandGroup", "OneLineErrorsCommand", "OneLineUsageError", "end_process", "index_notes",
-    "megabytes", "notes_on_rebuilt_indexes", "one_line", "output_failed",
+    "megabytes", "notes_on_rebuilt_indexes", "occupy_closed_standard_fds", "one_line", "output_failed",
 ]
 
 BROKEN_PIPE_EXIT = 128 + 13  # 128 + SIGPIPE: the status a shell reports for `cat` killed by a closed pipe
@@ -163,6 +167,20 @@ def flush_output() -> None:
     """Flush what Python still buffers for stdout (its errors are the output's: `output_failed`)."""
     if sys.stdout is not None:
         sys.stdout.flush()
+
+
+def occupy_closed_standard_fds() -> None:
+    """Open /dev/null on each of descriptors 0, 1 and 2 that is closed (Python has left `sys.stdin`, `stdout` or
+    `stderr` None for it): nothing is read from or written there, and no file this process opens later takes
+    the number."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def _silence_broken_streams() -> None:

@@ -35,6 +35,7 @@ The protocol: pickled tuples over two pipes.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import itertools
 import logging
@@ -189,6 +190,8 @@ def _fork_worker(in_fd: int, out_fd: int) -> _Forked:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         gc.freeze()
         os.setpgid(0, 0)  # as `process_group=0` does for an exec'd worker
+        # The pipe ends above 2 first: one given descriptor 0 or 1 (its standard stream closed) would be cut below.
+        in_fd, out_fd = (fcntl.fcntl(fd, fcntl.F_DUPFD, 3) if fd < 3 else fd for fd in (in_fd, out_fd))
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)

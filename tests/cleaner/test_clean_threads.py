@@ -435,3 +435,32 @@ def test_clean_returns_once_the_swaps_deleted_files_are_gone(tmp_path, monkeypat
     code, output = _clean("--set", "log.cleaner.threads=2", str(logs))
     assert code == 0, output
     assert not [name for name in _files(logs) if name.endswith(".deleted")]
+
+
+def test_a_forked_worker_keeps_its_pipes_when_they_got_descriptors_0_and_1(tmp_path):
+    """A process started with stdin and stdout closed gives its first pipe descriptors 0 and 1; the fork of a
+    worker sets its 0 and 1 to /dev/null, which must not cut that pipe (it did: the worker read an end of input
+    and exited 0 before its first job, a flaky failure of the test above). `logcleaner` itself also occupies
+    closed standard descriptors at start (`cli_support.occupy_closed_standard_fds`)."""
+    script = ("import os, sys, time\n"
+              "from cleaner.workers import WorkerProcess\n"
+              "worker = WorkerProcess(fork=True)\n"
+              "time.sleep(0.5)\n"
+              "alive = worker.alive()\n"
+              "os.kill(worker.pid, 9)\n"
+              "sys.stderr.write(f'forked={worker.forked} alive={alive}')\n")
+    command = f'exec "{sys.executable}" -c "{script}" <&- >&-'
+    run = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.stderr.strip() == "forked=True alive=True", run.stderr
+
+
+def test_logcleaner_points_closed_standard_descriptors_at_dev_null(tmp_path):
+    """So that no segment, lock or pipe it opens gets descriptor 0, 1 or 2 (a write meant for stdout would
+    land in it)."""
+    script = ("import os, sys\n"
+              "from cleaner.cli_support import occupy_closed_standard_fds\n"
+              "occupy_closed_standard_fds()\n"
+              "os.write(2, ' '.join(os.readlink(f'/proc/self/fd/{fd}') for fd in (0, 1)).encode())\n")
+    command = f'exec "{sys.executable}" -c "{script}" <&- >&-'
+    run = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.stderr == "/dev/null /dev/null"
