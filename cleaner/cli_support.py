@@ -14,10 +14,11 @@ Owns seven things for `cleaner.cli` and prints nothing of its own but those note
   stderr, said once per command run, at its end; the daemon (`run`) keeps its log lines.
 * **Sizes in MB**: every size a command prints is in decimal megabytes, 10^6 bytes (`megabytes`, `MB`), the
   one formatter; `cleaner.audit` and `cleaner.duplication`, which write lines for commands, use it too.
-* **Standard descriptors started closed** (`logcleaner ... >&-`): `occupy_closed_standard_fds` points each of
-  0, 1, 2 that is closed at start at /dev/null, before anything else opens a file, so that no segment, lock
-  or worker pipe is ever given one of those numbers (a write meant for stdout would land in it, and a forked
-  worker's stdin and stdout are set to /dev/null, which would cut such a pipe).
+* **Standard descriptors started closed** (`logcleaner ... >&-`, `2>&-`): `occupy_closed_standard_fds` points
+  each of 0, 1, 2 that is closed at start at /dev/null, with a Python stream on it, before anything else opens
+  a file: the command runs as with `> /dev/null`, and no segment, lock or worker pipe is ever given one of
+  those numbers (a write meant for stdout would land in it, and a forked worker's stdin and stdout are set to
+  /dev/null, which would cut such a pipe).
 * **The end of the process** (`end_process`): once a command has ended and its output is flushed, the process
   runs its exit handlers and ends without the interpreter's teardown (freeing numba's and LLVM's objects one
   by one: ~0.1-0.16 s of every command that cleaned or scanned something, for nothing the OS does not free).
@@ -170,17 +171,20 @@ def flush_output() -> None:
 
 
 def occupy_closed_standard_fds() -> None:
-    """Open /dev/null on each of descriptors 0, 1 and 2 that is closed (Python has left `sys.stdin`, `stdout` or
-    `stderr` None for it): nothing is read from or written there, and no file this process opens later takes
-    the number."""
-    for fd in (0, 1, 2):
+    """Open /dev/null on each of descriptors 0, 1 and 2 that is closed, and give Python, which has left
+    `sys.stdin`, `stdout` or `stderr` None for it, a stream on it: the command reads nothing there and writes
+    into /dev/null, as with `> /dev/null`, and no file this process opens later takes the number."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         try:
             os.fstat(fd)
+            continue
         except OSError:
             null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
 
 
 def _silence_broken_streams() -> None:

@@ -460,7 +460,24 @@ def test_logcleaner_points_closed_standard_descriptors_at_dev_null(tmp_path):
     script = ("import os, sys\n"
               "from cleaner.cli_support import occupy_closed_standard_fds\n"
               "occupy_closed_standard_fds()\n"
-              "os.write(2, ' '.join(os.readlink(f'/proc/self/fd/{fd}') for fd in (0, 1)).encode())\n")
+              "print('written into /dev/null')\n"
+              "os.write(2, ' '.join(os.readlink(f'/proc/self/fd/{fd}') for fd in (0, 1)).encode())\n"
+              "os.write(2, f' {sys.stdin.read()!r}'.encode())\n")
     command = f'exec "{sys.executable}" -c "{script}" <&- >&-'
     run = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert run.stderr == "/dev/null /dev/null"
+    assert run.stderr == "/dev/null /dev/null ''"
+    assert run.returncode == 0
+
+
+@pytest.mark.parametrize("closed", ["2>&-", ">&-", "<&-", "<&- >&- 2>&-"])
+def test_clean_with_a_standard_stream_closed_cleans_and_exits_0(tmp_path, closed):
+    """`2>&-` used to end `clean` with exit 1 and nothing said (an AttributeError on `sys.stderr`, None, with
+    nowhere to print its traceback); each closed stream now behaves as /dev/null."""
+    logs = tmp_path / "logs"
+    for name in ("a-0", "b-0"):
+        generate_partition(logs / name, SPEC)
+    command = (f'exec "{sys.executable}" -m cleaner.cli clean --set cleanup.policy=compact --now-ms {NOW} '
+               f'"{logs}" {closed}')
+    run = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert set(read_offset_checkpoint(logs / CLEANER_OFFSET_CHECKPOINT)) == {("a", 0), ("b", 0)}  # both cleaned
