@@ -341,7 +341,7 @@ class IndexAhead:
         if i not in self._indexing:  # a window the index phase does not read
             return
         txn = np.flatnonzero(in_section & result.is_transactional & ~result.is_control)
-        held = _HeldWindow(result, keys if keys is not None else (_NONE, _NONE, _NONE),
+        held = _HeldWindow(result, keys,  # scanned: segment i's records are (`scans_records`)
                            (result.producer_id[txn], result.base_offset[txn], result.last_offset[txn])
                            if len(txn) else None)
         self._held.append(held)

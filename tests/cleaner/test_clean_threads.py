@@ -383,15 +383,27 @@ def test_ctrl_z_stops_the_workers_with_the_command_and_fg_continues_them(tmp_pat
 @pytest.mark.skipif(launch.cores() < 2, reason="a worker process is used only with two cores")
 def test_threads_clean_with_stdout_closed_as_one_thread_does(tmp_path):
     """`logcleaner clean ... >&-`: Python has no sys.stdout then; the fork of a worker must not need one."""
+    run, logs = _clean_two_partitions(tmp_path, ">&-", "--set log.cleaner.threads=2")
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    assert set(read_offset_checkpoint(logs / CLEANER_OFFSET_CHECKPOINT)) == {("a", 0), ("b", 0)}  # both cleaned
+
+
+def _clean_two_partitions(tmp_path, redirections: str, settings: str = ""):
+    """(the finished process, the log dir) of `logcleaner clean` over two generated partitions, run by bash with
+    `redirections` (e.g. `>&-`) applied to it."""
     logs = tmp_path / "logs"
     for name in ("a-0", "b-0"):
         generate_partition(logs / name, SPEC)
     command = (f'exec "{sys.executable}" -m cleaner.cli clean --set cleanup.policy=compact --now-ms {NOW} '
-               f'--set log.cleaner.threads=2 "{logs}" >&-')
-    run = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    assert "Traceback" not in run.stderr
-    assert set(read_offset_checkpoint(logs / CLEANER_OFFSET_CHECKPOINT)) == {("a", 0), ("b", 0)}  # both cleaned
+               f'{settings} "{logs}" {redirections}')
+    return subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=600), logs
+
+
+def _python_with_stdin_and_stdout_closed(script: str):
+    """`python -c script`, started by bash with descriptors 0 and 1 closed (`<&- >&-`)."""
+    command = f'exec "{sys.executable}" -c "{script}" <&- >&-'
+    return subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.skipif(launch.cores() < 2, reason="a worker process is used only with two cores")
@@ -449,8 +461,7 @@ def test_a_forked_worker_keeps_its_pipes_when_they_got_descriptors_0_and_1(tmp_p
               "alive = worker.alive()\n"
               "os.kill(worker.pid, 9)\n"
               "sys.stderr.write(f'forked={worker.forked} alive={alive}')\n")
-    command = f'exec "{sys.executable}" -c "{script}" <&- >&-'
-    run = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    run = _python_with_stdin_and_stdout_closed(script)
     assert run.stderr.strip() == "forked=True alive=True", run.stderr
 
 
@@ -463,8 +474,7 @@ def test_logcleaner_points_closed_standard_descriptors_at_dev_null(tmp_path):
               "print('written into /dev/null')\n"
               "os.write(2, ' '.join(os.readlink(f'/proc/self/fd/{fd}') for fd in (0, 1)).encode())\n"
               "os.write(2, f' {sys.stdin.read()!r}'.encode())\n")
-    command = f'exec "{sys.executable}" -c "{script}" <&- >&-'
-    run = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    run = _python_with_stdin_and_stdout_closed(script)
     assert run.stderr == "/dev/null /dev/null ''"
     assert run.returncode == 0
 
@@ -473,11 +483,6 @@ def test_logcleaner_points_closed_standard_descriptors_at_dev_null(tmp_path):
 def test_clean_with_a_standard_stream_closed_cleans_and_exits_0(tmp_path, closed):
     """`2>&-` used to end `clean` with exit 1 and nothing said (an AttributeError on `sys.stderr`, None, with
     nowhere to print its traceback); each closed stream now behaves as /dev/null."""
-    logs = tmp_path / "logs"
-    for name in ("a-0", "b-0"):
-        generate_partition(logs / name, SPEC)
-    command = (f'exec "{sys.executable}" -m cleaner.cli clean --set cleanup.policy=compact --now-ms {NOW} '
-               f'"{logs}" {closed}')
-    run = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run, logs = _clean_two_partitions(tmp_path, closed)
     assert run.returncode == 0, run.stderr
     assert set(read_offset_checkpoint(logs / CLEANER_OFFSET_CHECKPOINT)) == {("a", 0), ("b", 0)}  # both cleaned
