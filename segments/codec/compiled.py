@@ -297,21 +297,23 @@ class Kernel(_Lazy):
     __slots__ = ("_variants", "py_func")
 
     def __init__(self, fn: Callable[..., Any], signature: tuple[Any, ...], options: dict[str, Any],
-                 variants: list[tuple[Any, list[tuple[np.dtype, int, bool] | None]]]) -> None:
+                 variants: list[tuple[Any, tuple[int, tuple[tuple[int, np.dtype, int, bool], ...]]]]) -> None:
         super().__init__(lambda: _numba_njit(fn, signature, options))
         self.py_func = fn
         self._variants = variants
 
     def __call__(self, *args: Any) -> Any:
-        for function, checks in self._variants:
-            if len(args) != len(checks):
+        count = len(args)
+        for function, (arity, arrays) in self._variants:  # every call passes here: kept to a few µs
+            if count != arity:
                 continue
-            for arg, check in zip(args, checks, strict=True):
-                if check is not None:
-                    dtype, ndim, writes = check
-                    if not (isinstance(arg, np.ndarray) and arg.dtype == dtype and arg.ndim == ndim
-                            and arg.flags.c_contiguous and (arg.flags.writeable or not writes)):
-                        break
+            for i, dtype, ndim, writes in arrays:
+                arg = args[i]
+                if not isinstance(arg, np.ndarray) or arg.ndim != ndim or (arg.dtype is not dtype and arg.dtype != dtype):
+                    break
+                flags = arg.flags
+                if not flags.c_contiguous or (writes and not flags.writeable):
+                    break
             else:
                 return function(*args)
         if mode() == "aot":
@@ -326,9 +328,12 @@ class Kernel(_Lazy):
         return f"<kernel {self.py_func.__module__}.{self.py_func.__qualname__}>"
 
 
-def _array_checks(spec: list[list[Any]]) -> list[tuple[np.dtype, int, bool] | None]:
-    """Per argument: (dtype, ndim, the kernel may write to it) for an array, None for a scalar."""
-    return [(np.dtype(arg[1]), int(arg[2]), not arg[3]) if arg[0] == "array" else None for arg in spec]
+def _array_checks(spec: list[list[Any]]) -> tuple[int, tuple[tuple[int, np.dtype, int, bool], ...]]:
+    """(the number of arguments, and per array argument: its index, dtype, ndim and whether the kernel may write
+    to it); a call matches where every array argument is a C-contiguous array of that dtype and ndim, writable
+    if written (scalars are converted by the built function)."""
+    return len(spec), tuple((i, np.dtype(arg[1]), int(arg[2]), not arg[3]) for i, arg in enumerate(spec)
+                            if arg[0] == "array")
 
 
 def njit(*signature: Any, **options: Any) -> Callable[[Callable[..., Any]], Any]:

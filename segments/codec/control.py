@@ -6,15 +6,16 @@ of one `segments.codec.scan.ScanResult` (a header-only scan is enough) with one 
 (`_control_kernels`), no Python per batch: it decides a batch only where `records.decode_batch` and
 `records.decode_control_key` would accept it, and leaves every other one (compressed, with record headers,
 malformed, or a CRC it has to check and that fails) to the caller, who decodes it with those functions and so
-reports a fault as they do. Pure: no I/O. numba is imported at the first call.
+reports a fault as they do; the CRCs it checks are one call of `_crc_kernels.batch_crcs`, without the GIL.
+Pure: no I/O. The kernels load at the first call.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import _crc_kernels as crc
 from . import format as fmt
-from .records import batch_crc
 
 __all__ = ["control_types"]
 
@@ -26,7 +27,7 @@ def control_types(result, batches: np.ndarray, *, crc_checked: bool) -> tuple[np
     decided[j] is False where the caller must decode the batch itself (see the module docstring). Without
     `crc_checked` (the scan did not verify CRCs) a batch is decided only once its CRC-32C matches.
     """
-    # numba is imported only when a round reads control batches: start-up of the CLI stays fast
+    # the kernels load only when a round reads control batches: start-up of the CLI stays fast
     from ._control_kernels import control_types as kernel
 
     batches = np.asarray(batches, dtype=np.int64)
@@ -47,13 +48,10 @@ def control_types(result, batches: np.ndarray, *, crc_checked: bool) -> tuple[np
         result.last_offset[rows] - result.base_offset[rows], plain_types, plain_decided,
     )
     if not crc_checked:
-        buffer = result.buffer
-        positions = result.batch_buffer_pos[rows].tolist()
-        sizes = result.batch_size[rows].tolist()
-        stored = result.crc[rows].tolist()
-        plain_decided &= np.array(
-            [batch_crc(buffer, p, s) == c for p, s, c in zip(positions, sizes, stored)], dtype=np.bool_
-        )
+        positions = result.batch_buffer_pos[rows]
+        computed = np.empty(len(rows), dtype=np.int64)
+        crc.batch_crcs(result.buffer, positions + fmt.ATTRIBUTES_OFFSET, positions + result.batch_size[rows], computed)
+        plain_decided &= computed == result.crc[rows]
     types[plain] = plain_types
     decided[plain] = plain_decided
     return types, decided
