@@ -4,8 +4,9 @@ trees, run after run in turn, so that the machine's drift falls on every tree al
 Per run and tree: `cp -r` of the partition into a fresh directory under `--data-dir` and `sync`, then one
 `python -m cleaner.cli clean DIR --json` with `PYTHONPATH=TREE` (a worktree of the commit to measure, e.g.
 `git worktree add /tmp/before HEAD~1`; `.` is this one). Prints per tree the median of the wall time of the
-process and of the round's own figures from its JSON (`survey_s`, `index_s`, `recopy_s`, `elapsed_s`), and
-the wall time minus the round (start-up, opening, the end of the process), and the process's peak RSS. With
+process and of the round's own figures from its JSON (`survey_s`, `index_s`, `recopy_s`, `elapsed_s`), the
+wall time minus the round, split where the summary line arrives: before the round (start-up, imports, opening)
+and after the summary (removing the replaced segments, the interpreter's exit), and the process's peak RSS. With
 `--cold`, the copy's pages are dropped from the page cache before each clean; `--set NAME=VALUE` (repeatable)
 gives every clean a cleaner setting, e.g. `log.cleaner.io.max.bytes.per.second`. A benchmark measures; it never
 asserts a time. The inputs are any partition directory, e.g. one `bench/run.py --keep` left.
@@ -23,17 +24,14 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-from run import _copy, _drop_cache  # the sibling module, from the path above
+from run import _copy, _drop_cache, _run_measured  # the sibling module, from the path above
 
 NOW_MS = 1_900_000_000_000
 FIELDS = ("survey_s", "index_s", "recopy_s", "elapsed_s")
@@ -54,29 +52,15 @@ def _one(partition: Path, spec: str, run_dir: Path, dedupe_bytes: int, cold: boo
     _copy(partition, target)
     if cold:
         _drop_cache(target)
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cleaner.cli", "clean", str(target), "--json", "--now-ms", str(NOW_MS),
-         "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}", *(a for s in settings for a in ("--set", s))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, PYTHONPATH=str(tree), **variables), cwd=tree,
-    )
-    errors: list[str] = []  # read beside stdout, so that neither pipe fills
-    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read() if proc.stderr else ""))
-    reader.start()
-    stdout = proc.stdout.read() if proc.stdout else ""
-    reader.join()
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    _, status, usage = os.wait4(proc.pid, 0)  # reaped here, for the child's own peak RSS
-    wall = time.perf_counter() - started
-    proc.returncode = code = os.waitstatus_to_exitcode(status)
-    if code:
-        raise SystemExit(f"clean with {tree} failed ({code}): {errors[0].strip()}")
-    summary = json.loads(stdout.strip().splitlines()[-1])
-    return {"wall_s": wall, "rss_mib": usage.ru_maxrss / 1024,
-            **{f: float(summary[f]) for f in FIELDS}}
+    command = [sys.executable, "-m", "cleaner.cli", "clean", str(target), "--json", "--now-ms", str(NOW_MS),
+               "--set", f"log.cleaner.dedupe.buffer.size={dedupe_bytes}", *(a for s in settings for a in ("--set", s))]
+    run = _run_measured(command, dict(os.environ, PYTHONPATH=str(tree), **variables), cwd=tree)
+    if run["rc"]:
+        raise SystemExit(f"clean with {tree} failed ({run['rc']}): {run['stderr'].strip()}")
+    wall, printed = run["wall_s"], run["last_line_s"]
+    summary = json.loads(run["stdout"].strip().splitlines()[-1])
+    return {"wall_s": wall, "rss_mib": run["peak_rss_mib"], "before_s": printed - float(summary["elapsed_s"]),
+            "after_s": wall - printed, **{f: float(summary[f]) for f in FIELDS}}
 
 
 def main() -> None:
@@ -105,13 +89,15 @@ def main() -> None:
     print(f"{args.partition}: {args.runs} runs per tree, interleaved, {'cold' if args.cold else 'warm'} page cache; "
           f"load average at the end "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("| tree | wall s | survey s | index s | recopy s | round s | wall minus round s | peak RSS MiB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| tree | wall s | survey s | index s | recopy s | round s | wall minus round s | before the round s | "
+          "after the summary s | peak RSS MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for tree, runs in rows.items():
-        med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "rss_mib", *FIELDS)}
+        med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "rss_mib", "before_s", "after_s", *FIELDS)}
         outside = statistics.median(r["wall_s"] - r["elapsed_s"] for r in runs)
         print(f"| {tree} | {med['wall_s']:.3f} | {med['survey_s']:.3f} | {med['index_s']:.3f} | "
-              f"{med['recopy_s']:.3f} | {med['elapsed_s']:.3f} | {outside:.3f} | {med['rss_mib']:.0f} |")
+              f"{med['recopy_s']:.3f} | {med['elapsed_s']:.3f} | {outside:.3f} | {med['before_s']:.3f} | "
+              f"{med['after_s']:.3f} | {med['rss_mib']:.0f} |")
 
 
 if __name__ == "__main__":

@@ -9,11 +9,14 @@ For each workload (`bench/workloads.py`; `--workloads W1,W2,W3,W4`, `--scale 0.1
    log.cleaner.dedupe.buffer.size=B` as a fresh subprocess (so interpreter start-up, imports and the numba
    cache load count). Page cache: `warm` = the run directory was just written by the cp (its pages are
    cached, clean); `cold` = the pristine files are dropped (posix_fadvise DONTNEED) before the cp, and the
-   run directory's files before the clean, so both read from disk;
+   run directory's files before the clean, so both read from disk; in `cold` mode the run's `.log` files are
+   also read once with `cat` (timed, then dropped again) before the clean: issue 19's cold baseline;
 3. before the timed runs: one clean with an empty numba cache (`NUMBA_CACHE_DIR` = a new temporary
    directory; reported as the compile run) and one untimed warm-up clean with the normal on-disk cache;
 4. median of `--repeats` (default 3) per cache mode; per-phase times (survey_s, index_s, recopy_s,
-   elapsed_s) come from the clean's JSON; peak RSS, user and system CPU from `os.wait4` of that process;
+   elapsed_s) come from the clean's JSON; peak RSS, user and system CPU from `os.wait4` of that process; the
+   wall time outside the round is split where the summary line arrives: before the round (start-up, imports,
+   opening) and after the summary (removing the replaced segments, the interpreter's exit);
 5. the daemon's case: one process (as a cleaner thread of `logcleaner run` is) cleans two fresh copies one
    after the other; the second clean pays no start-up, import or compilation cost, the first pays them all;
    as in the daemon, the old segments are unlinked by a background remover while the next clean runs
@@ -48,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -95,6 +99,16 @@ def _drop_cache(directory: Path) -> None:
                 os.close(fd)
 
 
+def _cat_seconds(partition: Path) -> float:
+    """Issue 19's cold baseline: `cat` of the partition's `.log` files to /dev/null from a cold page cache (the
+    caller dropped it), timed; the pages are dropped again afterwards, so the clean that follows reads cold too."""
+    started = time.perf_counter()
+    subprocess.run(["cat", *map(str, sorted(partition.glob("*.log")))], stdout=subprocess.DEVNULL, check=True)
+    seconds = time.perf_counter() - started
+    _drop_cache(partition)
+    return seconds
+
+
 def _log_bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.glob("*.log"))
 
@@ -120,25 +134,36 @@ def _copy(src: Path, dst: Path) -> float:
     return time.perf_counter() - t
 
 
-def _run_measured(cmd: list[str], env: dict | None = None) -> dict:
-    """Run `cmd`; wall seconds, CPU seconds and peak RSS (from wait4, this child only), stdout, stderr, rc."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        return {
-            "wall_s": wall,
-            "user_s": usage.ru_utime,
-            "sys_s": usage.ru_stime,
-            "peak_rss_mib": usage.ru_maxrss / 1024,
-            "rc": proc.returncode,
-            "stdout": out.read().decode(),
-            "stderr": err.read().decode(),
-        }
+def _run_measured(cmd: list[str], env: dict | None = None, cwd: Path = ROOT) -> dict:
+    """Run `cmd`; wall seconds, CPU seconds and peak RSS (from wait4, this child only), stdout, stderr, rc, and
+    `last_line_s`: when its last line of stdout arrived (a clean's summary, printed once its work is done:
+    what follows is removing the replaced segments and the interpreter's exit)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env)
+    errors: list[bytes] = []  # read beside stdout, so that neither pipe fills
+    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read() if proc.stderr else b""))
+    reader.start()
+    lines, last_line = [], started
+    for line in proc.stdout or ():
+        lines.append(line)
+        last_line = time.perf_counter()
+    reader.join()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {
+        "wall_s": wall,
+        "last_line_s": last_line - started,
+        "user_s": usage.ru_utime,
+        "sys_s": usage.ru_stime,
+        "peak_rss_mib": usage.ru_maxrss / 1024,
+        "rc": proc.returncode,
+        "stdout": b"".join(lines).decode(),
+        "stderr": errors[0].decode() if errors else "",
+    }
 
 
 def _clean_cmd(part: Path, now_ms: int, dedupe_bytes: int) -> list[str]:
@@ -211,11 +236,12 @@ def bench_workload(name: str, args) -> dict:
         for mode in args.cache:
             for _ in range(args.repeats):
                 part, cp_s = fresh(cold=mode == "cold")
+                cat_s = _cat_seconds(part) if mode == "cold" else None
                 run = _clean(part, now_ms, dedupe)
-                run["cp_s"] = cp_s
+                run["cp_s"], run["cat_s"] = cp_s, cat_s
                 out["runs"][mode].append(run)
                 print(f"  {mode}: clean {run['wall_s']:.2f} s (load {run['load_before']:.2f}), cp+sync {cp_s:.2f} s, "
-                      f"RSS {run['peak_rss_mib']:.0f} MiB", flush=True)
+                      f"{'' if cat_s is None else f'cat {cat_s:.2f} s, '}RSS {run['peak_rss_mib']:.0f} MiB", flush=True)
                 done(part)
         if args.profile:
             out["profile"] = _profile(name, work, fresh, done, now_ms, dedupe, out, args)
@@ -434,8 +460,9 @@ def _median(runs: list[dict], key) -> float:
 def report(results: list[dict], args) -> None:
     print("\n## Results (median of %d runs per row; wall = the whole `logcleaner clean` process)\n" % args.repeats)
     print("| workload | cache | input MB | records | wall s (min-max) | MB/s | records/s | survey s | index s | "
-          "recopy s | other s | start-up+open s | CPU s | peak RSS MiB | output MB | cp+sync s | cp MB/s | clean/cp |")
-    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "recopy s | other s | before the round s | after the summary s | CPU s | peak RSS MiB | output MB | "
+          "cp+sync s | cp MB/s | clean/cp |")
+    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for res in results:
         m = res["manifest"]
         mb = res["input_bytes"] / 1e6
@@ -445,15 +472,25 @@ def report(results: list[dict], args) -> None:
             s = {k: _median(runs, lambda r, k=k: r["summary"][k])
                  for k in ("survey_s", "index_s", "recopy_s", "elapsed_s")}
             other = s["elapsed_s"] - s["survey_s"] - s["index_s"] - s["recopy_s"]
-            startup = _median(runs, lambda r: r["wall_s"] - r["summary"]["elapsed_s"])
+            before = _median(runs, lambda r: r["last_line_s"] - r["summary"]["elapsed_s"])
+            after = _median(runs, lambda r: r["wall_s"] - r["last_line_s"])
             cpu = _median(runs, lambda r: r["user_s"] + r["sys_s"])
             rss = max(r["peak_rss_mib"] for r in runs)
             out_mb = _median(runs, lambda r: r["output_bytes"]) / 1e6
             lo, hi = min(r["wall_s"] for r in runs), max(r["wall_s"] for r in runs)
             print(f"| {res['workload']} | {mode} | {mb:,.0f} | {m['records']:,} | {wall:.2f} ({lo:.2f}-{hi:.2f}) | "
                   f"{mb / wall:,.0f} | {m['records'] / wall / 1e6:.2f} M | {s['survey_s']:.2f} | {s['index_s']:.2f} | "
-                  f"{s['recopy_s']:.2f} | {other:.2f} | {startup:.2f} | {cpu:.2f} | {rss:.0f} | {out_mb:,.1f} | "
+                  f"{s['recopy_s']:.2f} | {other:.2f} | {before:.2f} | {after:.2f} | {cpu:.2f} | {rss:.0f} | {out_mb:,.1f} | "
                   f"{cp:.2f} | {mb / cp:,.0f} | {cp / wall:.2f} |")
+    cold = [(res, res["runs"]["cold"]) for res in results if res["runs"].get("cold")]
+    if cold:
+        print("\nIssue 19's cold target: the clean within 1.3x of `cat` of the same `.log` files after the same "
+              "eviction (each run's cat just before its clean; medians):\n")
+        for res, runs in cold:
+            wall, cat = _median(runs, lambda r: r["wall_s"]), _median(runs, lambda r: r["cat_s"])
+            ratio = _median(runs, lambda r: r["wall_s"] / r["cat_s"])
+            print(f"- {res['workload']}: clean {wall:.2f} s, cat {cat:.2f} s "
+                  f"({res['input_bytes'] / 1e6 / cat:,.0f} MB/s): clean/cat {ratio:.2f}x")
     print("\nCompile runs (empty numba cache), warm page cache, one run each:\n")
     for res in results:
         c = res["compile"]
@@ -461,7 +498,8 @@ def report(results: list[dict], args) -> None:
         base = _median(warm, lambda r: r["wall_s"])
         cs = c["summary"]
         print(f"- {res['workload']}: wall {c['wall_s']:.2f} s (+{c['wall_s'] - base:.2f} s over the cached median), "
-              f"start-up+open {c['wall_s'] - cs['elapsed_s']:.2f} s, phases survey "
+              f"before the round {c['last_line_s'] - cs['elapsed_s']:.2f} s, after the summary "
+              f"{c['wall_s'] - c['last_line_s']:.2f} s, phases survey "
               f"{cs['survey_s']:.2f} / index {cs['index_s']:.2f} / recopy {cs['recopy_s']:.2f} s, "
               f"peak RSS {c['peak_rss_mib']:.0f} MiB")
     print("\nThe daemon's case, one process cleaning two fresh copies (warm page cache):\n")
