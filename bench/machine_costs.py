@@ -3,7 +3,8 @@
 - `memory`: the first touch of fresh anonymous memory in a new process, against touching it again after an unmap
   in the same process, with and without transparent huge pages (`MADV_HUGEPAGE`, as the offset map is made).
   Each row is a fresh child process, started `--pause-s` after the last one, that maps 256 MiB, writes one byte
-  per 4 KiB page, unmaps, and does it again.
+  per 4 KiB page, unmaps, and does it again; then hands the pages back with `MADV_DONTNEED` (as
+  `OffsetMap.clear` does between a daemon's rounds), waits `--pause-s` and touches them a third time.
   A VM whose balloon device reports free pages to its host (virtio-balloon `FREE_PAGE_REPORTING`) gets free
   2 MiB blocks taken back by the host, so a huge page's first touch waits for the host to back it again.
 - `unlink`: removing a 128 MiB file that was written and synced, with its pages in the page cache and without
@@ -38,18 +39,27 @@ FREE_PAGE_REPORTING_BIT = 5  # virtio-balloon feature VIRTIO_BALLOON_F_REPORTING
 VIRTIO_ID_BALLOON = "0x0005"
 
 
-def _touch_twice(huge: bool) -> list[float]:
-    """(child) Seconds to write one byte per page of a fresh 256 MiB mapping, twice (unmapped in between)."""
+def _touch(view: memoryview) -> float:
+    started = time.perf_counter()
+    for position in range(0, TOUCH_BYTES, 4096):
+        view[position] = 1
+    return time.perf_counter() - started
+
+
+def _touch_three_times(huge: bool, pause_s: float) -> list[float]:
+    """(child) Seconds to write one byte per page of a fresh 256 MiB mapping; again in a new mapping after an
+    unmap; and again after `MADV_DONTNEED` (what `OffsetMap.clear` does between a daemon's rounds) and a pause."""
     times = []
     for _ in range(2):
         mapping = mmap.mmap(-1, TOUCH_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if huge:
             mapping.madvise(mmap.MADV_HUGEPAGE)
         view = memoryview(mapping)
-        started = time.perf_counter()
-        for position in range(0, TOUCH_BYTES, 4096):
-            view[position] = 1
-        times.append(time.perf_counter() - started)
+        times.append(_touch(view))
+        if len(times) == 2:
+            mapping.madvise(mmap.MADV_DONTNEED)
+            time.sleep(pause_s)
+            times.append(_touch(view))
         view.release()
         mapping.close()
     return times
@@ -57,8 +67,8 @@ def _touch_twice(huge: bool) -> list[float]:
 
 def _fresh_child(huge: bool, pause_s: float) -> list[float]:
     time.sleep(pause_s)  # what the previous child freed has been reported to the host by then, if it is reported
-    child = subprocess.run([sys.executable, __file__, "--child-touch", str(int(huge))], check=True,
-                           capture_output=True, text=True)
+    child = subprocess.run([sys.executable, __file__, "--child-touch", str(int(huge)), "--pause-s", str(pause_s)],
+                           check=True, capture_output=True, text=True)
     return json.loads(child.stdout)
 
 
@@ -66,10 +76,9 @@ def _memory_rows(repeats: int, pause_s: float) -> list[str]:
     rows = []
     for huge in (True, False):
         runs = [_fresh_child(huge, pause_s) for _ in range(repeats)]
-        first = statistics.median(r[0] for r in runs) * 1e3
-        again = statistics.median(r[1] for r in runs) * 1e3
+        first, again, cleared = (statistics.median(r[i] for r in runs) * 1e3 for i in range(3))
         rows.append(f"| {'2 MiB (MADV_HUGEPAGE)' if huge else '4 KiB'} | {first:.0f} | {first / 256:.2f} | "
-                    f"{again:.0f} | {again / 256:.2f} | {first / again:.1f}x |")
+                    f"{again:.0f} | {again / 256:.2f} | {first / again:.1f}x | {cleared:.0f} | {cleared / 256:.2f} |")
     return rows
 
 
@@ -138,15 +147,16 @@ def main() -> None:
     parser.add_argument("--child-touch", type=int, choices=(0, 1), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_touch is not None:
-        print(json.dumps(_touch_twice(bool(args.child_touch))))
+        print(json.dumps(_touch_three_times(bool(args.child_touch), args.pause_s)))
         return
     print(f"data dir: {_mount_options(args.data_dir)}; virtio-balloon free page reporting: {_free_page_reporting()}")
     print()
-    print(f"First touch of {TOUCH_BYTES // MIB} MiB of anonymous memory in a fresh process, and again after an unmap "
-          f"(median of {args.repeats} processes):")
+    print(f"First touch of {TOUCH_BYTES // MIB} MiB of anonymous memory in a fresh process, again after an unmap, and "
+          f"again after MADV_DONTNEED and {args.pause_s:g} s (median of {args.repeats} processes):")
     print()
-    print("| pages | first touch ms | ms per MiB | again ms | ms per MiB | first / again |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| pages | first touch ms | ms per MiB | again ms | ms per MiB | first / again | after DONTNEED and the pause ms "
+          "| ms per MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in _memory_rows(args.repeats, args.pause_s):
         print(row)
     print()
