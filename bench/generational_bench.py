@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.run import plot_argument
 from bench.workloads import T0_MS, WORKLOADS, _draw_keys, generate
 from cleaner.round import clean_round
 from cleaner.settings import Settings
@@ -118,7 +119,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--ratio", type=float, default=4.0)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/logcleaner-genbench"))
-    parser.add_argument("--plot", type=Path, default=ROOT / "bench" / "generational.png")
+    parser.add_argument("--plot", type=plot_argument, default=str(ROOT / "bench" / "generational.png"),
+                        help="the plot's PNG ('' for none)")
     parser.add_argument("--json", type=Path, help="also write every row as JSON here")
     args = parser.parse_args()
     shutil.rmtree(args.dir, ignore_errors=True)
@@ -173,8 +175,9 @@ def main() -> None:
     print(f"full recopy writes {ratio:.1f}x the bytes of generational per round "
           f"(the forced final cycle excluded; with it {totals['full']['written'] / (totals['generational']['written'] + final['written']):.1f}x); "
           f"cleaning time {totals['full']['seconds'] / totals['generational']['seconds']:.1f}x")
-    _plot(rows, args.plot, f"{args.keys:,} keys, {args.updates:,} Zipf(1) updates per round, ratio {args.ratio}")
-    print(f"plot: {args.plot}")
+    if args.plot:
+        _plot(rows, args.plot, f"{args.keys:,} keys, {args.updates:,} Zipf(1) updates per round, ratio {args.ratio}")
+        print(f"plot: {args.plot}")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "final": final, "same": bool(same)}, indent=1))
     shutil.rmtree(args.dir, ignore_errors=True)

@@ -65,7 +65,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # the sibling modules, from the path above
-from run import LOGCLEANER, _code_state, _run_measured
+from run import LOGCLEANER, _code_state, _run_measured, plot_argument
 
 from cleaner.manager import CleanerManager
 from cleaner.settings import Settings
@@ -307,7 +307,8 @@ def main() -> int:
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--skip-clean", action="store_true", help="leave out the logcleaner clean runs")
-    parser.add_argument("--plot", type=Path, default=BENCH / "many_partitions.png")
+    parser.add_argument("--plot", type=plot_argument, default=str(BENCH / "many_partitions.png"),
+                        help="the plot's PNG ('' for none)")
     args = parser.parse_args()
     counts = [int(x) for x in args.partitions.split(",")]
     root = Path(tempfile.mkdtemp(prefix="many-partitions-", dir=args.data_dir))

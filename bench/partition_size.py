@@ -33,7 +33,7 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 # the sibling modules, from the path above
-from run import LOGCLEANER, _code_state, _copy, _run_measured
+from run import LOGCLEANER, _code_state, _copy, _run_measured, plot_argument
 from workloads import MIB, WORKLOADS, generate
 
 
@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,2,4,8,16", help="partition sizes in GB")
     parser.add_argument("--dedupe-mb", type=float, default=256)
     parser.add_argument("--data-dir", type=Path, default=BENCH / "data" / "partition-size")
-    parser.add_argument("--plot", type=Path)
+    parser.add_argument("--plot", type=plot_argument)
     parser.add_argument("--keep", action="store_true", help="keep the generated partitions")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--now-ms", type=int, help=argparse.SUPPRESS)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -51,7 +52,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -99,6 +99,17 @@ def _drop_cache(directory: Path) -> None:
                 os.close(fd)
 
 
+def plot_argument(value: str) -> Path | None:
+    """The `--plot` of a bench that draws one (argparse `type=`): '' for none; a path only where matplotlib is
+    installed, so that a missing one is said at the start, not after the run (`pip install -e '.[bench]'`)."""
+    if not value:
+        return None
+    if importlib.util.find_spec("matplotlib") is None:
+        raise argparse.ArgumentTypeError(f"{value}: drawing a plot needs matplotlib (pip install -e '.[bench]'); "
+                                         "--plot '' draws none")
+    return Path(value)
+
+
 def _cat_seconds(partition: Path) -> float:
     """Issue 19's cold baseline: `cat` of the partition's `.log` files to /dev/null from a cold page cache (the
     caller dropped it), timed; the pages are dropped again afterwards, so the clean that follows reads cold too."""
@@ -137,33 +148,31 @@ def _copy(src: Path, dst: Path) -> float:
 def _run_measured(cmd: list[str], env: dict | None = None, cwd: Path = ROOT) -> dict:
     """Run `cmd`; wall seconds, CPU seconds and peak RSS (from wait4, this child only), stdout, stderr, rc, and
     `last_line_s`: when its last line of stdout arrived (a clean's summary, printed once its work is done:
-    what follows is removing the replaced segments and the interpreter's exit)."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env)
-    errors: list[bytes] = []  # read beside stdout, so that neither pipe fills
-    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read() if proc.stderr else b""))
-    reader.start()
-    lines, last_line = [], started
-    for line in proc.stdout or ():
-        lines.append(line)
-        last_line = time.perf_counter()
-    reader.join()
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return {
-        "wall_s": wall,
-        "last_line_s": last_line - started,
-        "user_s": usage.ru_utime,
-        "sys_s": usage.ru_stime,
-        "peak_rss_mib": usage.ru_maxrss / 1024,
-        "rc": proc.returncode,
-        "stdout": b"".join(lines).decode(),
-        "stderr": errors[0].decode() if errors else "",
-    }
+    what follows is removing the replaced segments and the interpreter's exit). stderr goes to a file, so that a
+    worker process that outlives the command a moment (it inherits stderr) cannot hold this up."""
+    with tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, cwd=cwd, env=env)
+        lines, last_line = [], started
+        assert proc.stdout is not None
+        with proc.stdout:
+            for line in proc.stdout:
+                lines.append(line)
+                last_line = time.perf_counter()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        return {
+            "wall_s": wall,
+            "last_line_s": last_line - started,
+            "user_s": usage.ru_utime,
+            "sys_s": usage.ru_stime,
+            "peak_rss_mib": usage.ru_maxrss / 1024,
+            "rc": proc.returncode,
+            "stdout": b"".join(lines).decode(),
+            "stderr": err.read().decode(),
+        }
 
 
 def _clean_cmd(part: Path, now_ms: int, dedupe_bytes: int) -> list[str]:

@@ -67,7 +67,7 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 # the sibling modules, from the path above
-from run import LOGCLEANER, _code_state, _copy, _run_measured
+from run import LOGCLEANER, _code_state, _copy, _run_measured, plot_argument
 from run import _generate as _generate_workload
 
 PY_SPY = Path(sys.executable).parent / "py-spy"
@@ -405,7 +405,7 @@ def main() -> None:
                              "processes over T shares of the partitions, after T concurrent copies: the machine's "
                              "own bound)")
     parser.add_argument("--gil", action="store_true", help="one more clean per row under py-spy --gil: GIL-held share")
-    parser.add_argument("--plot", type=Path, help="a PNG of throughput against threads")
+    parser.add_argument("--plot", type=plot_argument, help="a PNG of throughput against threads")
     args = parser.parse_args()
     args.modes = args.modes.split(",")
     args.threads = [int(t) for t in args.threads.split(",")]
