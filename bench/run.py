@@ -52,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -146,33 +147,39 @@ def _copy(src: Path, dst: Path) -> float:
 
 
 def _run_measured(cmd: list[str], env: dict | None = None, cwd: Path = ROOT) -> dict:
-    """Run `cmd`; wall seconds, CPU seconds and peak RSS (from wait4, this child only), stdout, stderr, rc, and
-    `last_line_s`: when its last line of stdout arrived (a clean's summary, printed once its work is done:
-    what follows is removing the replaced segments and the interpreter's exit). stderr goes to a file, so that a
-    worker process that outlives the command a moment (it inherits stderr) cannot hold this up."""
+    """Run `cmd`; wall seconds (until the process itself exits), CPU seconds and peak RSS (from wait4, this child
+    only), stdout, stderr, rc, and `last_line_s`: when its last line of stdout arrived (a clean's summary, printed
+    once its work is done: what follows is removing the replaced segments and the interpreter's exit). stdout
+    is read on a thread and stderr goes to a file, so that a process it started and that outlives it a moment
+    (a worker, Spark's JVM) holds up neither the wall time nor the result beyond `_STDOUT_GRACE_S`."""
     with tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, cwd=cwd, env=env)
-        lines, last_line = [], started
-        assert proc.stdout is not None
-        with proc.stdout:
-            for line in proc.stdout:
-                lines.append(line)
-                last_line = time.perf_counter()
+        lines: list[tuple[bytes, float]] = []
+        stdout = proc.stdout
+        assert stdout is not None
+        reader = threading.Thread(target=lambda: lines.extend((line, time.perf_counter()) for line in stdout),
+                                  daemon=True)
+        reader.start()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
+        reader.join(_STDOUT_GRACE_S)  # what the process wrote is in the pipe by now
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
+        done = list(lines)
         return {
             "wall_s": wall,
-            "last_line_s": last_line - started,
+            "last_line_s": (done[-1][1] if done else started) - started,
             "user_s": usage.ru_utime,
             "sys_s": usage.ru_stime,
             "peak_rss_mib": usage.ru_maxrss / 1024,
             "rc": proc.returncode,
-            "stdout": b"".join(lines).decode(),
+            "stdout": b"".join(line for line, _ in done).decode(),
             "stderr": err.read().decode(),
         }
+
+
+_STDOUT_GRACE_S = 5.0
 
 
 def _clean_cmd(part: Path, now_ms: int, dedupe_bytes: int) -> list[str]:
