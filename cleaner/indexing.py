@@ -221,7 +221,8 @@ def build_offset_map(
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
     windows = _hashed_windows(segments, survey, first_dirty, first_uncleanable, offset_map.seed, ring, charge_io,
                               mapped=log.reads_mapped)
-    for k, result, offsets, h1, h2 in read_ahead(windows, name="index-read-ahead"):
+    for k, result, offsets, h1, h2 in read_ahead(windows, name="index-read-ahead",
+                                                  total_bytes=sum(s.size_bytes for s in segments)):
         if result is None:
             filler.segment_done(segments[k + 1].base_offset if k + 1 < len(segments) else first_uncleanable)
             continue

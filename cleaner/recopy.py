@@ -496,7 +496,7 @@ def clean_group(
         for result, action, keep, needs_horizon, clear_horizon, counts, kept_control, invalid in read_ahead(
             _decided_windows(group, ctx, ring if ring is not None else WindowRing(WINDOW_BYTES), charge_io,
                              log.reads_mapped),
-            name="recopy-read-ahead",
+            name="recopy-read-ahead", total_bytes=sum(seg.size_bytes for seg in group),
         ):
             check_abort()
             read = result.end_position - result.start_position

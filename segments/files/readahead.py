@@ -17,7 +17,10 @@ stops early (a `break`, an exception, an abort) stops the producer and waits for
 returns, so no producer outlives the phase that started it and no buffer is written after. The producer runs on
 a thread kept for the consumer thread between phases (it ends after `_IDLE_S` unused): starting a thread per
 phase cost a round of a tiny partition milliseconds (issue 19), where handing a phase to a waiting thread costs
-microseconds.
+microseconds. A phase over at most `INLINE_BYTES_MAX` bytes (its caller says how many) is read on the
+consumer's own thread instead, the same items in the same order: for a log of a few KB, handing each window to
+the other thread and back cost more than the read (a tiny partition's round 3.5-3.7 → 2.8 ms; bench/RESULTS.md,
+twelfth round).
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ import numpy as np
 if TYPE_CHECKING:
     from ..codec.scan import ScanBuffers
 
-__all__ = ["WindowRing", "read_ahead", "read_ahead_in_order"]
+__all__ = ["INLINE_BYTES_MAX", "WindowRing", "read_ahead", "read_ahead_in_order"]
 
 T = TypeVar("T")
+
+INLINE_BYTES_MAX = 256 * 1024  # a phase over at most this many bytes is read on the consumer's thread
 
 _DONE = object()
 _IDLE_S = 10.0  # a kept producer thread ends after this long without a phase
@@ -108,12 +113,28 @@ class WindowRing:
         return read_buffer, buffers
 
 
-def read_ahead(source: Iterator[T], *, name: str = "read-ahead") -> Iterator[T]:
-    """Yield the items of `source`, produced on a background thread at most one item ahead.
+def read_ahead(source: Iterator[T], *, name: str = "read-ahead", total_bytes: int | None = None) -> Iterator[T]:
+    """Yield the items of `source`, produced on a background thread at most one item ahead; on this thread
+    where `total_bytes`, the bytes the phase reads, is at most `INLINE_BYTES_MAX`.
 
     `source` must make each item in buffers of a `WindowRing` of two sets (or allocate fresh ones); see the
     module docstring. Exceptions from `source` are raised here at the same item.
     """
+    if total_bytes is not None and total_bytes <= INLINE_BYTES_MAX:
+        return _inline(source)
+    return _threaded(source, name)
+
+
+def _inline(source: Iterator[T]) -> Iterator[T]:
+    try:
+        yield from source
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+
+
+def _threaded(source: Iterator[T], name: str) -> Iterator[T]:
     # The two permits are tokens in a queue: `queue.SimpleQueue` is C code that waits without the GIL, where a
     # `threading.Semaphore` or `queue.Queue` runs Python (a Condition and its locks) under the GIL for every item.
     permits: queue.SimpleQueue = queue.SimpleQueue()
@@ -168,15 +189,16 @@ def read_ahead(source: Iterator[T], *, name: str = "read-ahead") -> Iterator[T]:
 
 
 def read_ahead_in_order(sources: Sequence[Callable[[WindowRing], Iterator[T]]], rings: Sequence[WindowRing], *,
-                        name: str = "read-ahead") -> Iterator[T]:
+                        name: str = "read-ahead", total_bytes: int | None = None) -> Iterator[T]:
     """Yield the items of `sources[0](ring)`, then of `sources[1](ring)`, and so on, produced on `len(rings)`
     threads at once: source `i` on thread `i % len(rings)`, in that thread's ring, each thread at most one item
-    ahead of the consumer's use of its ring (as `read_ahead`: two permits a thread). With one ring, `read_ahead`
-    of the sources one after the other. Exceptions are raised here at the item where they happened, in order;
-    a consumer that stops early stops every producer and waits for them before the generator returns."""
-    if len(rings) < 2 or len(sources) < 2:
+    ahead of the consumer's use of its ring (as `read_ahead`: two permits a thread). With one ring, or a phase of
+    at most `INLINE_BYTES_MAX` bytes (`total_bytes`), `read_ahead` of the sources one after the other. Exceptions
+    are raised here at the item where they happened, in order; a consumer that stops early stops every producer
+    and waits for them before the generator returns."""
+    if len(rings) < 2 or len(sources) < 2 or (total_bytes is not None and total_bytes <= INLINE_BYTES_MAX):
         ring = rings[0]
-        return read_ahead((item for source in sources for item in source(ring)), name=name)
+        return read_ahead((item for source in sources for item in source(ring)), name=name, total_bytes=total_bytes)
     return _in_order(sources, rings, name)
 
 

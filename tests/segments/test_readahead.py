@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from segments.files.readahead import WindowRing, read_ahead, read_ahead_in_order
+from segments.files.readahead import INLINE_BYTES_MAX, WindowRing, read_ahead, read_ahead_in_order
 from segments.partition.log import PartitionLog
 
 from .helpers import write_log
@@ -156,3 +156,54 @@ def test_a_consumer_that_stops_early_stops_every_producer():
             break
     assert not [name for name in _threads() if name.startswith("t-in-order")]
     assert len(made) <= 5 + 3  # the consumer's thread: one item ahead; the other: two made before any was taken
+
+
+def _named(items: list, log: list):
+    """A source that records, per item, the thread that made it; and whether it was closed."""
+    try:
+        for item in items:
+            log.append(threading.current_thread().ident)
+            yield item
+    finally:
+        log.append("closed")
+
+
+@pytest.mark.parametrize("total_bytes, inline", [(0, True), (INLINE_BYTES_MAX, True), (INLINE_BYTES_MAX + 1, False),
+                                                 (None, False)])
+def test_a_small_phase_is_read_on_the_consumers_thread_and_a_larger_one_ahead(total_bytes, inline):
+    log: list = []
+    items = list(read_ahead(_named(list(range(20)), log), name="t-inline", total_bytes=total_bytes))
+    assert items == list(range(20))
+    assert log[-1] == "closed"
+    makers = set(log[:-1])
+    assert (makers == {threading.get_ident()}) is inline
+    assert "t-inline" not in _threads()
+
+
+def test_a_small_phase_raises_at_the_item_and_closes_its_source_when_stopped_early():
+    def failing():
+        yield 1
+        raise ValueError("bad window at byte 7")
+
+    seen = []
+    with pytest.raises(ValueError, match="byte 7"):
+        for item in read_ahead(failing(), total_bytes=10):
+            seen.append(item)
+    assert seen == [1]
+    log: list = []
+    for item in read_ahead(_named(list(range(10)), log), total_bytes=10):
+        if item == 3:
+            break
+    assert log == [threading.get_ident()] * 4 + ["closed"]
+
+
+def test_small_sources_in_order_are_read_on_the_consumers_thread_whatever_the_rings():
+    log: list = []
+    sources = [lambda ring, k=k: _named([k * 10 + j for j in range(3)], log) for k in range(4)]
+    rings = [WindowRing(1024), WindowRing(1024)]
+    assert list(read_ahead_in_order(sources, rings, name="t-in-order", total_bytes=100)) == [
+        k * 10 + j for k in range(4) for j in range(3)]
+    assert {x for x in log if x != "closed"} == {threading.get_ident()} and log.count("closed") == 4
+    log.clear()
+    assert len(list(read_ahead_in_order(sources, rings, name="t-in-order", total_bytes=INLINE_BYTES_MAX + 1))) == 12
+    assert threading.get_ident() not in log
