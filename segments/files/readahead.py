@@ -19,8 +19,8 @@ a thread kept for the consumer thread between phases (it ends after `_IDLE_S` un
 phase cost a round of a tiny partition milliseconds (issue 19), where handing a phase to a waiting thread costs
 microseconds. A phase over at most `INLINE_BYTES_MAX` bytes (its caller says how many) is read on the
 consumer's own thread instead, the same items in the same order: for a log of a few KB, handing each window to
-the other thread and back cost more than the read (a tiny partition's round 3.5-3.7 → 2.8 ms; bench/RESULTS.md,
-twelfth round).
+the other thread and back cost more than the read (a tiny partition's round 3.6 → 2.9 ms on tmpfs;
+bench/RESULTS.md, twelfth round).
 """
 
 from __future__ import annotations
@@ -120,9 +120,14 @@ def read_ahead(source: Iterator[T], *, name: str = "read-ahead", total_bytes: in
     `source` must make each item in buffers of a `WindowRing` of two sets (or allocate fresh ones); see the
     module docstring. Exceptions from `source` are raised here at the same item.
     """
-    if total_bytes is not None and total_bytes <= INLINE_BYTES_MAX:
+    if _small(total_bytes):
         return _inline(source)
     return _threaded(source, name)
+
+
+def _small(total_bytes: int | None) -> bool:
+    """Whether a phase of `total_bytes` (None: not said) is read on the consumer's thread."""
+    return total_bytes is not None and total_bytes <= INLINE_BYTES_MAX
 
 
 def _inline(source: Iterator[T]) -> Iterator[T]:
@@ -196,7 +201,7 @@ def read_ahead_in_order(sources: Sequence[Callable[[WindowRing], Iterator[T]]], 
     at most `INLINE_BYTES_MAX` bytes (`total_bytes`), `read_ahead` of the sources one after the other. Exceptions
     are raised here at the item where they happened, in order; a consumer that stops early stops every producer
     and waits for them before the generator returns."""
-    if len(rings) < 2 or len(sources) < 2 or (total_bytes is not None and total_bytes <= INLINE_BYTES_MAX):
+    if len(rings) < 2 or len(sources) < 2 or _small(total_bytes):
         ring = rings[0]
         return read_ahead((item for source in sources for item in source(ring)), name=name, total_bytes=total_bytes)
     return _in_order(sources, rings, name)
