@@ -123,7 +123,7 @@ PHASES = (  # (category, functions that mark it), first match from the stack's r
 ROUND_CATEGORIES = (*(p for p, _ in PHASES), ROUND_REST, HANDOFF)
 CATEGORIES = (OUTSIDE, PART_REST, *ROUND_CATEGORIES)
 IN_CLEAN = ("clean_partition", "clean_round", "clean_planned.<locals>.work")
-READ_AHEAD = "read_ahead.<locals>.produce"
+READ_AHEAD = ("_threaded.<locals>.produce", "_in_order.<locals>.produce")  # the producers of segments/files/readahead.py
 LOAD_FRAMES = ("_find_and_load", "_DispatcherBase._compile_for_args")
 COMPILE_FRAMES = ("compile_extra", "_compile_core", "compile_ir")  # numba compiling (cache miss): reported
 # The steps the GIL-holding samples of a round are summed into (the "by step" table): the first rule that matches
@@ -203,7 +203,7 @@ def classify(samples: list[Sample]) -> None:
     for s in samples:
         names = [f[0] for f in s.frames]
         in_clean = _has(names, IN_CLEAN)
-        if READ_AHEAD in names:
+        if _has(names, READ_AHEAD):
             s.role = "read-ahead"
         elif in_clean:
             s.role = "main (runs the clean)" if s.tid == main_tid else "clean thread"
@@ -771,7 +771,7 @@ def cpu_split_child(src: Path, now_ms: int, dedupe: int, repeats: int) -> dict:
 
     from numba.core.dispatcher import Dispatcher
 
-    from cleaner import indexing, recopy, survey
+    from cleaner import group_runs, indexing, recopy, survey
     from cleaner import round as round_mod
     from cleaner.settings import Settings
     from offsetmap import OffsetMap, per_thread_memory_bytes
@@ -812,15 +812,17 @@ def cpu_split_child(src: Path, now_ms: int, dedupe: int, repeats: int) -> dict:
     try:
         one_round()
 
-        def synchronous(source, *, name="read-ahead"):
-            try:
-                yield from source
-            finally:
-                close = getattr(source, "close", None)
-                if close is not None:
-                    close()
-        for module in (survey, indexing, recopy):
+        from segments.files import readahead
+
+        def synchronous(source, *, name="read-ahead", total_bytes=None):
+            return readahead.read_ahead(source, total_bytes=0)  # a phase under the limit: on this thread
+
+        def synchronous_in_order(sources, rings, *, name="read-ahead", total_bytes=None):
+            return readahead.read_ahead_in_order(sources, rings[:1], total_bytes=0)
+
+        for module in (indexing, recopy):
             module.read_ahead = synchronous  # type: ignore[attr-defined]
+        survey.read_ahead_in_order = synchronous_in_order  # type: ignore[attr-defined]
         for name in _KERNEL_MODULES:
             try:
                 module = importlib.import_module(name)
@@ -858,7 +860,7 @@ def cpu_split_child(src: Path, now_ms: int, dedupe: int, repeats: int) -> dict:
             return wrapper
         round_mod.survey_log = phase(round_mod.survey_log, "survey")  # type: ignore[attr-defined]
         round_mod.build_offset_map = phase(round_mod.build_offset_map, "index")  # type: ignore[attr-defined]
-        round_mod.clean_group = phase(round_mod.clean_group, "recopy")  # type: ignore[attr-defined]
+        group_runs.clean_group = phase(group_runs.clean_group, "recopy")  # type: ignore[attr-defined]
         rounds = []
         for _ in range(repeats):
             wall, cpu = one_round()
