@@ -398,11 +398,15 @@ def segment_max_timestamps(directory: Path) -> list[tuple[int, int]]:
 
 
 def log_segment_sizes(directory: Path) -> list[tuple[int, int]]:
-    """(base offset, size in bytes) of every `.log` segment, in offset order."""
+    """(base offset, size in bytes) of every `.log` segment, in offset order. A segment that a swap renames
+    between the listing and its `stat` (this is polled while a daemon runs) is left out."""
     out = []
     for name in os.listdir(directory):
         if name.endswith(".log") and name[:-4].isdigit():
-            out.append((int(name[:-4]), (directory / name).stat().st_size))
+            try:
+                out.append((int(name[:-4]), (directory / name).stat().st_size))
+            except FileNotFoundError:
+                continue
     return sorted(out)
 
 
