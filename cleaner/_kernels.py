@@ -1,7 +1,8 @@
 """Compiled per-record loops of a cleaning round (numba, cached on disk).
 
 Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), `select_keys` (the
-records of a window the index phase inserts), `drop_runs` (the survey's pass dropping aborted records), the recopy's decisions over a window (`decide_window`: the
+records of a window the index phase inserts), `in_transactions` and `drop_runs` (the survey's pass finding and
+dropping aborted records), `window_producers` (the survey's producer tracking over a window), the recopy's decisions over a window (`decide_window`: the
 actions and the keep mask; `window_horizons`: delete horizons and the window's counters;
 `producer_last_batches`: the batches holding their producer's last data; `marker_runs`: the transactions a
 window's markers end), and the recopy
@@ -27,7 +28,7 @@ from segments.codec._lz4_kernels import compress_frame, frame_bound
 
 __all__ = [
     "assemble_batches", "copy_records", "decide_window", "drop_runs", "mark_offsets", "marker_runs", "offsets_marked",
-    "producer_last_batches", "rebase_records", "select_keys", "window_horizons",
+    "producer_last_batches", "rebase_records", "select_keys", "window_horizons", "window_producers", "in_transactions",
 ]
 
 
@@ -601,3 +602,102 @@ def marker_runs(producer_id, marker, written, out, pids, first, before, after):
                 out[i] = after[s] == 0
             after[s] = 0
     return count
+
+
+@compiled.njit(cache=True, nogil=True)
+def window_producers(producer_id, is_control, is_transactional, base_offset, last_offset, max_timestamp, ends,
+                     groups, markers):
+    """The survey's producer tracking over one window's batches that carry a producer id, in offset order (the
+    columns of `cleaner.survey._ProducerRows`; `ends`: a COMMIT/ABORT marker's control type, -1 elsewhere), in
+    one walk. A marker's transaction is its producer's transactional data batches since its previous marker in
+    the window, or since the window's start for its first (the caller adds what was open before the window).
+
+    Writes, per producer in order of first appearance, the columns of `groups` (int64, 10 rows): its id, the
+    last offset of its last batch and whether that batch is a control batch, its newest max timestamp, the last
+    offset of its last data batch (-1: none), the index in `markers` of its first marker (-1: none), its
+    transactional data batches after its last marker (-1: no marker) and the base offset of the first of them
+    (-1: none), its transactional data batches in the window and the base offset of the first (-1: none). Per
+    marker, in offset order, the columns of `markers` (int64, 5 rows): producer id, first offset of its
+    transaction (the first data batch's base offset, or the marker's own offset when the run is empty), the
+    marker's offset, its control type and the run's data batches. Returns (producers, markers)."""
+    slot = dict()
+    count = 0
+    found = 0
+    for i in range(producer_id.size):
+        pid = producer_id[i]
+        if pid in slot:
+            s = slot[pid]
+            groups[3, s] = max(groups[3, s], max_timestamp[i])
+        else:
+            s = count
+            slot[pid] = s
+            count += 1
+            groups[0, s] = pid
+            groups[3, s] = max_timestamp[i]
+            groups[4, s] = -1
+            groups[5, s] = -1
+            groups[6, s] = 0  # the run since its last marker: data batches, and the first one's base offset
+            groups[7, s] = -1
+            groups[8, s] = 0
+            groups[9, s] = -1
+        groups[1, s] = last_offset[i]
+        groups[2, s] = 1 if is_control[i] else 0
+        if not is_control[i]:
+            groups[4, s] = last_offset[i]
+            if is_transactional[i]:
+                if groups[8, s] == 0:
+                    groups[9, s] = base_offset[i]
+                groups[8, s] += 1
+                if groups[5, s] >= 0:  # after a marker: the run since the last one
+                    if groups[6, s] == 0:
+                        groups[7, s] = base_offset[i]
+                    groups[6, s] += 1
+        elif ends[i] >= 0:
+            if groups[5, s] < 0:  # its first marker: the run is every transactional data batch so far
+                groups[5, s] = found
+                run = groups[8, s]
+                first = groups[9, s]
+            else:
+                run = groups[6, s]
+                first = groups[7, s]
+            markers[0, found] = pid
+            markers[1, found] = first if run > 0 else last_offset[i]
+            markers[2, found] = last_offset[i]
+            markers[3, found] = ends[i]
+            markers[4, found] = run
+            found += 1
+            groups[6, s] = 0
+            groups[7, s] = -1
+    for s in range(count):
+        if groups[5, s] < 0:
+            groups[6, s] = -1
+    return count, found
+
+
+@compiled.njit(cache=True, nogil=True)
+def in_transactions(producer_id, base_offset, txn_producer_id, txn_first, txn_marker, out):
+    """out[i]: batch i (producer id, base offset) lies in one of the given transactions: one of the same producer
+    (ids below 0 are in none) whose first offset is at most its base offset and whose marker is at or after it.
+    A producer's transactions never overlap, so its last one starting at or before the batch is the only
+    candidate; the transactions are sorted by (producer id, first offset) here, then searched per batch."""
+    order = np.argsort(txn_first, kind="mergesort")
+    order = order[np.argsort(txn_producer_id[order], kind="mergesort")]
+    pids = txn_producer_id[order]
+    firsts = txn_first[order]
+    rows = pids.size
+    for i in range(producer_id.size):
+        out[i] = False
+        pid = producer_id[i]
+        if pid < 0 or rows == 0:
+            continue
+        lo = 0
+        hi = rows
+        while lo < hi:  # the first row past (pid, base offset)
+            mid = (lo + hi) >> 1
+            if pids[mid] < pid or (pids[mid] == pid and firsts[mid] <= base_offset[i]):
+                lo = mid + 1
+            else:
+                hi = mid
+        j = lo - 1
+        if j >= 0 and pids[j] == pid:
+            out[i] = base_offset[i] <= txn_marker[order[j]]

@@ -39,7 +39,7 @@ from segments.files.readahead import WindowRing, read_ahead
 from segments.files.segment import LogSegment
 from segments.partition.log import PartitionLog
 
-from .survey import WINDOW_BYTES, LogSurvey, TransactionTable, _ClosedTransactions
+from .survey import WINDOW_BYTES, LogSurvey
 
 __all__ = ["IndexAhead", "IndexResult", "SupersededOffsets", "build_offset_map"]
 
@@ -294,7 +294,7 @@ class IndexAhead:
         self._reached = -1  # the highest offset an event that went in stands for
         self._open: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self._aborted: list[tuple[np.ndarray, ...]] = []  # aborted transactions (TransactionTable columns)
-        self._aborted_lookup: _ClosedTransactions | None = None
+        self._aborted_merged = True  # `_aborted` is one set of columns, pruned to the window last released
 
     def scans_records(self, i: int) -> bool:
         """(read-ahead thread) Whether segment i's records are scanned: it overlaps the section, which is
@@ -322,7 +322,7 @@ class IndexAhead:
             aborted = (ended[3] == fmt.CONTROL_TYPE_ABORT) & (ended[2] >= self.first_dirty)  # type, marker
             if aborted.any():
                 self._aborted.append(tuple(column[aborted] for column in ended))
-                self._aborted_lookup = None
+                self._aborted_merged = False
         if ended is not None or rows.is_transactional.any():
             for pid in np.unique(rows.producer_id).tolist():
                 first = producers[pid].open_txn_first_offset
@@ -426,13 +426,15 @@ class IndexAhead:
         if not self._aborted:
             return offsets, h1, h2
         producer_id, base, last = txn
-        if self._aborted_lookup is None:  # without those ended before this window's batches: no later one is in them
+        if not self._aborted_merged:  # without those ended before this window's batches: no later one is in them
             columns = [np.concatenate(column) for column in zip(*self._aborted)]
             live = columns[2] >= base[0]  # the marker
             self._aborted = [tuple(column[live] for column in columns)]
-            self._aborted_lookup = _ClosedTransactions(TransactionTable(*self._aborted[0]))
-        aborted = np.flatnonzero(self._aborted_lookup.aborted_batches(producer_id, base,
-                                                                       np.ones(len(base), dtype=bool)))
+            self._aborted_merged = True
+        aborted_pid, aborted_first, aborted_marker = self._aborted[0][:3]
+        inside = np.empty(len(base), dtype=np.bool_)
+        _kern().in_transactions(producer_id, base, aborted_pid, aborted_first, aborted_marker, inside)
+        aborted = np.flatnonzero(inside)
         if not len(aborted):
             return offsets, h1, h2
         # The records of each aborted batch are a run of the sorted offsets; the runs between them are kept, moved

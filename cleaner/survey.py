@@ -579,65 +579,28 @@ def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
     """Advance each producer's state over the rows of one window, in offset order, and append the transactions its
     markers end to `ended` as `TransactionTable` columns, in the order of their markers.
 
-    One pass of numpy over all the window's producers at once: the rows grouped by producer id (offset order
-    within each), a marker's transaction being its producer's transactional data batches since the producer's
-    previous marker (or, for its first marker here, since the window's start, plus what was open before it).
-    Python then only sets each producer's fields, new producers entering `producers` in log order."""
-    order = np.argsort(rows.producer_id, kind="stable")
-    n = len(order)
-    pids = rows.producer_id[order]
-    bounds = np.flatnonzero(pids[1:] != pids[:-1]) + 1
-    starts = np.concatenate(([0], bounds))
-    stops = np.concatenate((bounds, [n]))
-    groups = len(starts)
-    control, last, base, ends = (rows.is_control[order], rows.last_offset[order], rows.base_offset[order],
-                                 rows.ends[order])
-    txn_data = (~control & rows.is_transactional[order]).astype(np.int64)
-    last_data_row = np.maximum.reduceat(np.where(control, -1, np.arange(n)), starts)
-    newest = np.maximum.reduceat(rows.max_timestamp[order], starts)
-    txn_before = np.cumsum(txn_data) - txn_data  # transactional data rows before each row
-    txn_rows = np.flatnonzero(txn_data)
-    group_txn_start = txn_before[starts]  # where each group's rows begin in txn_rows
-    group_txn_total = np.add.reduceat(txn_data, starts)
-    # The markers, each with its group and the group's transactional data rows before it.
-    markers = np.flatnonzero(ends >= 0)
-    group_of = np.repeat(np.arange(groups), stops - starts)[markers]
-    before = txn_before[markers] - group_txn_start[group_of]
-    first_in_group = np.ones(len(markers), dtype=bool)
-    first_in_group[1:] = group_of[1:] != group_of[:-1]
-    last_in_group = np.ones(len(markers), dtype=bool)
-    last_in_group[:-1] = group_of[:-1] != group_of[1:]
-    after_previous = np.where(first_in_group, 0, np.concatenate(([0], before[:-1])))
-    counts = before - after_previous
-    if len(txn_rows):
-        first_row = txn_rows[np.minimum(group_txn_start[group_of] + after_previous, len(txn_rows) - 1)]
-        firsts = np.where(counts > 0, base[first_row], last[markers])
-    else:
-        firsts = last[markers].copy()
-    # After each group's last marker: the transaction left open, its first data offset (-1: none) and batches.
-    first_marker = np.full(groups, -1, dtype=np.int64)
-    first_marker[group_of[first_in_group]] = np.flatnonzero(first_in_group)
-    rest = np.full(groups, -1, dtype=np.int64)  # -1: the group has no marker
-    rest[group_of[last_in_group]] = group_txn_total[group_of[last_in_group]] - before[last_in_group]
-    open_first = np.full(groups, -1, dtype=np.int64)
-    left_open = np.flatnonzero(rest > 0)
-    open_first[left_open] = base[txn_rows[group_txn_start[left_open] + group_txn_total[left_open] - rest[left_open]]]
-    first_open_base = np.full(groups, -1, dtype=np.int64)  # for a group without markers: its first txn data batch
-    has_txn = group_txn_total > 0
-    first_open_base[has_txn] = base[txn_rows[group_txn_start[has_txn]]]
+    One compiled walk over the rows without the GIL (`cleaner._kernels.window_producers`): per producer of the
+    window its figures, per marker its transaction, a marker's transaction being its producer's transactional
+    data batches since the producer's previous marker (or, for its first marker here, since the window's start,
+    plus what was open before it). Python then only sets each producer's fields, new producers entering
+    `producers` in log order."""
+    from . import _kernels
 
-    last_rows = stops - 1
-    by_group = list(zip(pids[starts].tolist(), last[last_rows].tolist(), control[last_rows].tolist(), newest.tolist(),
-                        np.where(last_data_row >= 0, last[np.maximum(last_data_row, 0)], -1).tolist(),
-                        first_marker.tolist(), rest.tolist(), open_first.tolist(), group_txn_total.tolist(),
-                        first_open_base.tolist()))
-    for g in np.argsort(order[starts], kind="stable").tolist():  # the producers in order of first appearance
-        pid, last_entry, is_control, ts, last_data, k, left, left_first, txn_total, txn_first = by_group[g]
+    n = len(rows.producer_id)
+    groups = np.empty((10, n), dtype=np.int64)
+    markers = np.empty((5, n), dtype=np.int64)
+    count, found = _kernels.window_producers(rows.producer_id, rows.is_control, rows.is_transactional,
+                                             rows.base_offset, rows.last_offset, rows.max_timestamp, rows.ends,
+                                             groups, markers)
+    markers = markers[:, :found].copy()  # what `ended` keeps: not the rows' whole buffer
+    counts, firsts = markers[4], markers[1]
+    for pid, last_entry, is_control, ts, last_data, k, left, left_first, txn_total, txn_first in zip(
+            *groups[:, :count].tolist()):
         state = producers.get(pid)
         if state is None:
             state = producers[pid] = ProducerState(pid)
         state.last_entry_offset = last_entry
-        state.last_entry_is_control = is_control
+        state.last_entry_is_control = bool(is_control)
         state.last_timestamp = max(state.last_timestamp, ts)
         if last_data >= 0:
             state.last_data_offset = last_data
@@ -651,10 +614,8 @@ def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
         if state.open_txn_first_offset >= 0:
             firsts[k] = state.open_txn_first_offset
         state.open_txn_first_offset, state.open_txn_data_batches = left_first, left
-    if len(markers):
-        in_order = np.argsort(order[markers], kind="stable")
-        ended.append(tuple(np.asarray(column, dtype=np.int64)[in_order] for column in (
-            pids[markers], firsts, last[markers], ends[markers], counts)))
+    if found:
+        ended.append((markers[0], firsts, markers[2], markers[3], counts))
 
 
 def _track_producers_for(index_ahead: IndexAhead | None, rows: _ProducerRows, producers: dict[int, ProducerState],

@@ -1,4 +1,4 @@
-"""The survey's producer tracking (`cleaner.survey._track_producers`), one pass of numpy over all of a window's
+"""The survey's producer tracking (`cleaner.survey._track_producers`), one compiled walk over all of a window's
 producers, against a model that walks them one at a time (the per-producer code it replaced): the same
 producer states after every window and the same ended transactions, over random runs of windows in which
 idempotent and transactional producers interleave, transactions span windows, and markers commit or abort."""

@@ -1,0 +1,55 @@
+"""Which batches lie in a set of transactions (`cleaner._kernels.in_transactions`, the survey's pass dropping
+aborted records), against a brute-force model: every transaction of the batch's producer checked in turn. Random
+producers (ids below 0 included), transactions that never overlap within a producer, given in any order, and
+batches before, inside, between and after them."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cleaner import _kernels
+
+
+def _model(producer_id, base, txn_pid, txn_first, txn_marker):
+    return np.array([pid >= 0 and any(p == pid and f <= b <= m for p, f, m in zip(txn_pid, txn_first, txn_marker))
+                     for pid, b in zip(producer_id.tolist(), base.tolist())], dtype=bool)
+
+
+@st.composite
+def _case(draw):
+    producers = draw(st.lists(st.integers(-1, 6), min_size=1, max_size=5, unique=True))
+    txns = []
+    for pid in producers:
+        if pid < 0:
+            continue
+        offset = draw(st.integers(0, 5))
+        for _ in range(draw(st.integers(0, 4))):  # a producer's transactions: disjoint, in offset order
+            first = offset + draw(st.integers(0, 4))
+            marker = first + draw(st.integers(0, 4))
+            txns.append((pid, first, marker))
+            offset = marker + 1
+    txns = draw(st.permutations(txns))
+    batches = draw(st.lists(st.tuples(st.sampled_from(producers + [7]), st.integers(0, 40)), max_size=30))
+    columns = [np.array([t[k] for t in txns], dtype=np.int64) for k in range(3)]
+    return (np.array([b[0] for b in batches], dtype=np.int64), np.array([b[1] for b in batches], dtype=np.int64),
+            *columns)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_case())
+def test_in_transactions_matches_the_model(case):
+    producer_id, base, txn_pid, txn_first, txn_marker = case
+    out = np.ones(len(base), dtype=np.bool_)
+    _kernels.in_transactions(producer_id, base, txn_pid, txn_first, txn_marker, out)
+    assert out.tolist() == _model(producer_id, base, txn_pid, txn_first, txn_marker).tolist()
+
+
+def test_a_batch_on_either_edge_of_a_transaction_and_between_two():
+    txn_pid, txn_first, txn_marker = (np.array(c, dtype=np.int64) for c in ([3, 3], [10, 20], [14, 25]))
+    base = np.array([9, 10, 14, 15, 19, 20, 25, 26, 12], dtype=np.int64)
+    producer_id = np.array([3, 3, 3, 3, 3, 3, 3, 3, 4], dtype=np.int64)
+    out = np.empty(len(base), dtype=np.bool_)
+    _kernels.in_transactions(producer_id, base, txn_pid, txn_first, txn_marker, out)
+    assert out.tolist() == [False, True, True, False, False, True, True, False, False]
