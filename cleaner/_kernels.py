@@ -675,29 +675,26 @@ def window_producers(producer_id, is_control, is_transactional, base_offset, las
 
 
 @compiled.njit(cache=True, nogil=True)
-def in_transactions(producer_id, base_offset, txn_producer_id, txn_first, txn_marker, out):
-    """out[i]: batch i (producer id, base offset) lies in one of the given transactions: one of the same producer
-    (ids below 0 are in none) whose first offset is at most its base offset and whose marker is at or after it.
-    A producer's transactions never overlap, so its last one starting at or before the batch is the only
-    candidate; the transactions are sorted by (producer id, first offset) here, then searched per batch."""
-    order = np.argsort(txn_first, kind="mergesort")
-    order = order[np.argsort(txn_producer_id[order], kind="mergesort")]
-    pids = txn_producer_id[order]
-    firsts = txn_first[order]
-    rows = pids.size
+def in_transactions(producer_id, base_offset, candidate, txn_producer_id, txn_first, txn_marker, out):
+    """out[i]: `candidate` batch i (producer id, base offset) lies in one of the given transactions, sorted by
+    (producer id, first offset): one of the same producer whose first offset is at most the batch's base offset
+    and whose marker is at or after it (producer ids below 0 are in none). A producer's transactions never
+    overlap, so its last one starting at or before the batch is the only one to look at: a binary search."""
+    rows = txn_producer_id.size
     for i in range(producer_id.size):
         out[i] = False
         pid = producer_id[i]
-        if pid < 0 or rows == 0:
+        if not candidate[i] or pid < 0 or rows == 0:
             continue
+        base = base_offset[i]
         lo = 0
         hi = rows
-        while lo < hi:  # the first row past (pid, base offset)
+        while lo < hi:  # the first row past (pid, base)
             mid = (lo + hi) >> 1
-            if pids[mid] < pid or (pids[mid] == pid and firsts[mid] <= base_offset[i]):
+            if txn_producer_id[mid] < pid or (txn_producer_id[mid] == pid and txn_first[mid] <= base):
                 lo = mid + 1
             else:
                 hi = mid
         j = lo - 1
-        if j >= 0 and pids[j] == pid:
-            out[i] = base_offset[i] <= txn_marker[order[j]]
+        if j >= 0 and txn_producer_id[j] == pid:
+            out[i] = base <= txn_marker[j]

@@ -294,7 +294,7 @@ class IndexAhead:
         self._reached = -1  # the highest offset an event that went in stands for
         self._open: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self._aborted: list[tuple[np.ndarray, ...]] = []  # aborted transactions (TransactionTable columns)
-        self._aborted_merged = True  # `_aborted` is one set of columns, pruned to the window last released
+        self._aborted_merged = True  # `_aborted` is one set of columns, sorted, pruned to the last window released
 
     def scans_records(self, i: int) -> bool:
         """(read-ahead thread) Whether segment i's records are scanned: it overlaps the section, which is
@@ -313,9 +313,10 @@ class IndexAhead:
         offsets and hashes (`_window_keys`), aborted transactions' records included (dropped when released)."""
         return _window_keys(result, None, self.first_dirty, self.end, self._seed)
 
-    def track(self, rows, producers: dict, ended: tuple[np.ndarray, ...] | None) -> None:
-        """(round's thread) The survey tracked the producers of a window (`rows`, `_ProducerRows`), which ended
-        the transactions `ended` (`TransactionTable` columns, or None); called before `take` of that window."""
+    def track(self, touched: list[int], producers: dict, ended: tuple[np.ndarray, ...] | None) -> None:
+        """(round's thread) The survey tracked the producers of a window, whose open transactions may have changed
+        for the producers `touched`, and which ended the transactions `ended` (`TransactionTable` columns, or
+        None); called before `take` of that window."""
         if not self.alive or self._stopped:
             return
         if ended is not None:  # the aborted transactions that may hold records of the section
@@ -323,13 +324,12 @@ class IndexAhead:
             if aborted.any():
                 self._aborted.append(tuple(column[aborted] for column in ended))
                 self._aborted_merged = False
-        if ended is not None or rows.is_transactional.any():
-            for pid in np.unique(rows.producer_id).tolist():
-                first = producers[pid].open_txn_first_offset
-                if first >= 0:
-                    self._open[pid] = first
-                else:
-                    self._open.pop(pid, None)
+        for pid in touched:
+            first = producers[pid].open_txn_first_offset
+            if first >= 0:
+                self._open[pid] = first
+            else:
+                self._open.pop(pid, None)
 
     def take(self, i: int, result, keys) -> None:
         """(round's thread) One surveyed window of segment i, with `keys` if its records were scanned."""
@@ -428,12 +428,14 @@ class IndexAhead:
         producer_id, base, last = txn
         if not self._aborted_merged:  # without those ended before this window's batches: no later one is in them
             columns = [np.concatenate(column) for column in zip(*self._aborted)]
-            live = columns[2] >= base[0]  # the marker
+            live = np.flatnonzero(columns[2] >= base[0])  # the marker
+            live = live[np.lexsort((columns[1][live], columns[0][live]))]  # by (producer id, first offset)
             self._aborted = [tuple(column[live] for column in columns)]
             self._aborted_merged = True
         aborted_pid, aborted_first, aborted_marker = self._aborted[0][:3]
         inside = np.empty(len(base), dtype=np.bool_)
-        _kern().in_transactions(producer_id, base, aborted_pid, aborted_first, aborted_marker, inside)
+        _kern().in_transactions(producer_id, base, np.ones(len(base), dtype=np.bool_), aborted_pid, aborted_first,
+                                aborted_marker, inside)
         aborted = np.flatnonzero(inside)
         if not len(aborted):
             return offsets, h1, h2

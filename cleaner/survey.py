@@ -135,8 +135,10 @@ class TransactionTable(NamedTuple):
 class _ClosedTransactions:
     """The closed transactions sorted by producer id, then first offset, searched by (producer id, offset) pairs.
 
-    A search is one `np.searchsorted` over keys that pack a producer's rank and an offset into one int64 while
-    every offset fits beside the rank (always, in practice); otherwise numpy per producer, with the same answers.
+    Which data batches lie in aborted ones: one compiled binary search per batch over the aborted rows. Which
+    marker ends which transaction: one `np.searchsorted` over keys that pack a producer's rank and an offset into
+    one int64 while every offset fits beside the rank (always, in practice); otherwise numpy per producer, with the
+    same answers.
     """
 
     def __init__(self, table: TransactionTable) -> None:
@@ -153,7 +155,9 @@ class _ClosedTransactions:
         rank = np.repeat(np.arange(len(self.producers), dtype=np.int64), self.stop - self.start)
         packable = bool(np.all((self.first_offset >= 0) & (self.first_offset >> self.shift == 0)
                                 & (self.marker_offset >> self.shift == 0)))
-        self.first_keys = (rank << self.shift) | self.first_offset if packable else None
+        aborted = np.flatnonzero(self.aborted)  # sorted as the rows: by (producer id, first offset)
+        self.aborted_columns = (table.producer_id[closed][aborted], self.first_offset[aborted],
+                                self.marker_offset[aborted])
         marker_keys = (rank << self.shift) | self.marker_offset
         # A producer's markers follow the order of its first offsets in any log whose offsets increase.
         self.marker_keys = marker_keys if packable and bool(np.all(marker_keys[1:] >= marker_keys[:-1])) else None
@@ -165,30 +169,13 @@ class _ClosedTransactions:
     def _packed(self, offsets: np.ndarray) -> bool:
         return bool(np.all((offsets >= 0) & (offsets >> self.shift == 0)))
 
-    def last_starting_at_or_before(self, producer_id: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(j, found): j indexes the producer's last transaction whose first offset is ≤ `offset`, where found.
-        Requires at least one closed transaction (as `ending_at`)."""
-        rank, known = self._ranks(producer_id)
-        keys = self.first_keys
-        if keys is not None and self._packed(offset):
-            j = np.searchsorted(keys, (rank << self.shift) | offset, side="right") - 1
-        else:
-            j = np.full(len(offset), -1, dtype=np.int64)
-            for r in np.unique(rank[known]).tolist():
-                idx = np.flatnonzero(known & (rank == r))
-                start, stop = int(self.start[r]), int(self.stop[r])
-                j[idx] = start + np.searchsorted(self.first_offset[start:stop], offset[idx], side="right") - 1
-        return np.maximum(j, 0), known & (j >= self.start[rank])
-
     def aborted_batches(self, producer_id: np.ndarray, base_offset: np.ndarray, transactional: np.ndarray) -> np.ndarray:
-        """For data batches: True where the batch lies in one of these transactions that ended with an ABORT marker
-        (a producer's transactions never overlap: the last one starting at or before the batch is its own)."""
-        out = np.zeros(len(producer_id), dtype=bool)
-        candidates = np.flatnonzero(transactional & (producer_id >= 0))
-        if len(candidates) and len(self.producers):
-            base = base_offset[candidates]
-            j, found = self.last_starting_at_or_before(producer_id[candidates], base)
-            out[candidates] = found & (base <= self.marker_offset[j]) & self.aborted[j]
+        """For data batches: True where the batch is transactional and lies in one of these transactions that ended
+        with an ABORT marker (one compiled search without the GIL: `cleaner._kernels.in_transactions`)."""
+        from . import _kernels
+
+        out = np.empty(len(producer_id), dtype=np.bool_)
+        _kernels.in_transactions(producer_id, base_offset, transactional, *self.aborted_columns, out)
         return out
 
     def ending_at(self, producer_id: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -575,9 +562,10 @@ def _producer_rows(result, window: bytes, path, *, crc_checked: bool) -> _Produc
 
 
 def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
-                     ended: list[tuple[np.ndarray, ...]]) -> None:
+                     ended: list[tuple[np.ndarray, ...]]) -> list[int]:
     """Advance each producer's state over the rows of one window, in offset order, and append the transactions its
-    markers end to `ended` as `TransactionTable` columns, in the order of their markers.
+    markers end to `ended` as `TransactionTable` columns, in the order of their markers. Returns the producers
+    whose open transaction may have changed: those with a marker or transactional data in the window.
 
     One compiled walk over the rows without the GIL (`cleaner._kernels.window_producers`): per producer of the
     window its figures, per marker its transaction, a marker's transaction being its producer's transactional
@@ -594,6 +582,7 @@ def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
                                              groups, markers)
     markers = markers[:, :found].copy()  # what `ended` keeps: not the rows' whole buffer
     counts, firsts = markers[4], markers[1]
+    touched = []
     for pid, last_entry, is_control, ts, last_data, k, left, left_first, txn_total, txn_first in zip(
             *groups[:, :count].tolist()):
         state = producers.get(pid)
@@ -604,6 +593,8 @@ def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
         state.last_timestamp = max(state.last_timestamp, ts)
         if last_data >= 0:
             state.last_data_offset = last_data
+        if k >= 0 or txn_total:
+            touched.append(pid)
         if k < 0:  # no marker: its transactional data extends (or opens) a transaction
             if txn_total:
                 if state.open_txn_first_offset < 0:
@@ -616,6 +607,7 @@ def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
         state.open_txn_first_offset, state.open_txn_data_batches = left_first, left
     if found:
         ended.append((markers[0], firsts, markers[2], markers[3], counts))
+    return touched
 
 
 def _track_producers_for(index_ahead: IndexAhead | None, rows: _ProducerRows, producers: dict[int, ProducerState],
@@ -623,9 +615,9 @@ def _track_producers_for(index_ahead: IndexAhead | None, rows: _ProducerRows, pr
     """`_track_producers`, then tell `index_ahead` (if any) what changed: the window's producers and the
     transactions it ended."""
     before = len(ended)
-    _track_producers(rows, producers, ended)
+    touched = _track_producers(rows, producers, ended)
     if index_ahead is not None:
-        index_ahead.track(rows, producers, ended[before] if len(ended) > before else None)
+        index_ahead.track(touched, producers, ended[before] if len(ended) > before else None)
 
 
 def _transaction_ends(result, window: bytes, batches: np.ndarray, path, crc_checked: bool) -> np.ndarray:

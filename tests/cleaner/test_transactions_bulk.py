@@ -271,7 +271,7 @@ def test_the_recopy_decides_markers_and_producers_last_batches_as_the_per_batch_
     _mixed_log(d, seed, leave_open=seed % 3 == 0)
     survey = _survey(d)
     if not packed:  # as when an offset does not fit beside a producer's rank
-        survey._closed.first_keys = survey._closed.marker_keys = None
+        survey._closed.marker_keys = None
     rnd = random.Random(seed)
     for window_bytes in (256, 1 << 20):
         written_new: dict[int, int] = {}
