@@ -2,7 +2,8 @@
 
 Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), `select_keys` (the
 records of a window the index phase inserts), `in_transactions` and `drop_runs` (the survey's pass finding and
-dropping aborted records), `window_producers` (the survey's producer tracking over a window), the recopy's decisions over a window (`decide_window`: the
+dropping aborted records), `window_producers` (the survey's producer tracking over a window), `window_figures` (the survey's offset
+checks, largest timestamp and soonest horizon of a window), the recopy's decisions over a window (`decide_window`: the
 actions and the keep mask; `window_horizons`: delete horizons and the window's counters;
 `producer_last_batches`: the batches holding their producer's last data; `marker_runs`: the transactions a
 window's markers end), and the recopy
@@ -28,7 +29,7 @@ from segments.codec._lz4_kernels import compress_frame, frame_bound
 
 __all__ = [
     "assemble_batches", "copy_records", "decide_window", "drop_runs", "mark_offsets", "marker_runs", "offsets_marked",
-    "producer_last_batches", "rebase_records", "select_keys", "window_horizons", "window_producers", "in_transactions",
+    "producer_last_batches", "rebase_records", "select_keys", "window_horizons", "window_producers", "in_transactions", "window_figures",
 ]
 
 
@@ -698,3 +699,37 @@ def in_transactions(producer_id, base_offset, candidate, txn_producer_id, txn_fi
         j = lo - 1
         if j >= 0 and txn_producer_id[j] == pid:
             out[i] = base <= txn_marker[j]
+
+
+@compiled.njit(cache=True, nogil=True)
+def window_figures(base_offset, last_offset, is_legacy, compression, max_timestamp, delete_horizon_ms, records_count,
+                   floor, ceiling, check, out):
+    """The survey's figures of one scanned window, in one walk: out[0] the first batch whose offsets are out of
+    place (-1: none; only with `check`): it starts below `floor` (for the first batch) or the offset after the
+    batch before it, ends below where it starts, or ends at or past `ceiling`; a legacy compressed wrapper starts
+    at its last (outer) offset, its first being unknown from its header. out[1] the largest max timestamp (at
+    least -1); out[2] the soonest delete horizon of a batch with records (-1: none); out[3] how many batches are
+    legacy compressed wrappers."""
+    bad = -1
+    largest = -1
+    soonest = -1
+    wrappers = 0
+    for i in range(base_offset.size):
+        last = last_offset[i]
+        wrapper = is_legacy[i] and compression[i] != fmt.COMPRESSION_NONE
+        if wrapper:
+            wrappers += 1
+        if check and bad < 0:
+            start = last if wrapper else base_offset[i]
+            if start < floor or last < start or last >= ceiling:
+                bad = i
+            floor = last + 1
+        if max_timestamp[i] > largest:
+            largest = max_timestamp[i]
+        horizon = delete_horizon_ms[i]
+        if horizon >= 0 and records_count[i] != 0 and (soonest < 0 or horizon < soonest):
+            soonest = horizon
+    out[0] = bad
+    out[1] = largest
+    out[2] = soonest
+    out[3] = wrappers

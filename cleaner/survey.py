@@ -284,7 +284,7 @@ class _Remembered:
 
     identity: tuple[int, ...]
     survey: SegmentSurvey
-    first_start: int  # the offset its first batch (at position 0) starts at, as `_check_offsets` reads it (-1: none)
+    first_start: int  # the offset its first batch (at position 0) starts at, as `_window_figures` reads it (-1: none)
     last_position: int  # the position of its last batch
     producer_rows: tuple[_ProducerRows, ...]
     nbytes: int
@@ -404,12 +404,16 @@ def survey_log(
                 index_ahead.segment_done(i, result.survey.next_offset)
             next_offset = segments[i + 1].base_offset
             continue
-        if result is not None and inactive:
-            if first_start < 0:
-                first_start = _first_start(result)
-            offset_floor = _check_offsets(result, segment, segments[i + 1].base_offset, offset_floor)
-            last_position = int(result.batch_position[-1])
-            _check_legacy_wrappers(result, window, segment.paths.log)
+        if result is not None:
+            floor, window_largest_ts, window_horizon_ms, wrappers = _window_figures(
+                result, segment, segments[i + 1].base_offset if inactive else None, offset_floor)
+            if inactive:
+                if first_start < 0:
+                    first_start = _first_start(result)
+                offset_floor = floor
+                last_position = int(result.batch_position[-1])
+                if wrappers:
+                    _check_legacy_wrappers(result, window, segment.paths.log)
         if result is None:  # segment i is done
             surveys.append(
                 SegmentSurvey(
@@ -436,11 +440,9 @@ def survey_log(
         on_bytes(result.end_position - result.start_position, "read")
         if first_ts == -1 and result.start_position == 0:
             first_ts = int(result.max_timestamp[0])
-        largest_ts = max(largest_ts, int(result.max_timestamp.max()))
-        horizons = result.delete_horizon_ms[(result.delete_horizon_ms >= 0) & (result.records_count != 0)]
-        if len(horizons):
-            soonest = int(horizons.min())
-            horizon_ms = soonest if horizon_ms < 0 else min(horizon_ms, soonest)
+        largest_ts = max(largest_ts, window_largest_ts)
+        if window_horizon_ms >= 0:
+            horizon_ms = window_horizon_ms if horizon_ms < 0 else min(horizon_ms, window_horizon_ms)
         next_offset = int(result.last_offset[-1]) + 1
         window_rows = _producer_rows(result, window, segment.paths.log, crc_checked=inactive)
         if window_rows is not None:
@@ -457,13 +459,13 @@ def survey_log(
 
 
 def _first_start(result) -> int:
-    """Where the first batch of a window starts, as `_check_offsets` reads it."""
+    """Where the first batch of a window starts, as `_window_figures` reads it."""
     wrapper = bool(result.is_legacy[0]) and int(result.compression[0]) != fmt.COMPRESSION_NONE
     return int(result.last_offset[0] if wrapper else result.base_offset[0])
 
 
 def _check_remembered(remembered: _Remembered, segment, next_base: int, offset_floor: int) -> int:
-    """`_check_offsets` for a segment the memo replays: its batches were checked among themselves when it was
+    """`_window_figures`' offset checks for a segment the memo replays: its batches were checked among themselves when it was
     read; here its first batch against the batches before it, its last against the next segment's base."""
     if remembered.first_start < 0:  # no batch
         return offset_floor
@@ -481,25 +483,32 @@ def _check_remembered(remembered: _Remembered, segment, next_base: int, offset_f
     return last + 1
 
 
-def _check_offsets(result, segment, next_base: int, offset_floor: int) -> int:
-    """Check the batch offsets of one window of an inactive segment; returns the floor for the next batch.
+def _window_figures(result, segment, next_base: int | None, offset_floor: int) -> tuple[int, int, int, bool]:
+    """A scanned window's figures, in one compiled walk (`cleaner._kernels.window_figures`): (the floor for the next
+    batch, its largest max timestamp (at least -1), its soonest delete horizon of a batch with records (-1: none),
+    whether it holds a legacy compressed wrapper).
 
-    Raises `CorruptRecordError` at the first batch that starts below `offset_floor` or its segment's base
-    (out of order, overlapping) or ends at or past `next_base`, the next segment's base (segments hold
-    disjoint offset ranges; this also keeps every offset within base + 2^31-1, which the segment roll
-    ensures). A legacy wrapper's first inner offset is unknown from its header alone, so its outer (last)
-    offset stands for it.
+    In a window of an inactive segment (`next_base`: the next segment's base; None for the active one) the batch
+    offsets are checked: raises `CorruptRecordError` at the first batch that starts below `offset_floor` or its
+    segment's base (out of order, overlapping) or ends at or past `next_base` (segments hold disjoint offset
+    ranges; this also keeps every offset within base + 2^31-1, which the segment roll ensures). A legacy
+    wrapper's first inner offset is unknown from its header alone, so its outer (last) offset stands for it.
     """
-    base_offsets = result.base_offset
+    from . import _kernels
+
     last_offsets = result.last_offset
-    wrapper = result.is_legacy & (result.compression != fmt.COMPRESSION_NONE)  # base offset -1: not known here
-    starts = np.where(wrapper, last_offsets, base_offsets)
-    floors = np.concatenate(([max(offset_floor, segment.base_offset)], last_offsets[:-1] + 1))
-    ceiling = min(next_base, segment.base_offset + fmt.RELATIVE_OFFSET_MAX + 1)
-    bad = np.flatnonzero((starts < floors) | (last_offsets < starts) | (last_offsets >= ceiling))
-    if len(bad):
-        j = int(bad[0])
-        start, last, floor = int(starts[j]), int(last_offsets[j]), int(floors[j])
+    check = next_base is not None
+    first_floor = max(offset_floor, segment.base_offset)
+    ceiling = min(next_base, segment.base_offset + fmt.RELATIVE_OFFSET_MAX + 1) if check else 0
+    out = np.empty(4, dtype=np.int64)
+    _kernels.window_figures(result.base_offset, last_offsets, result.is_legacy, result.compression, result.max_timestamp,
+                            result.delete_horizon_ms, result.records_count, first_floor, ceiling, check, out)
+    j = int(out[0])
+    if j >= 0:
+        wrapper = bool(result.is_legacy[j]) and int(result.compression[j]) != fmt.COMPRESSION_NONE
+        last = int(last_offsets[j])
+        start = last if wrapper else int(result.base_offset[j])
+        floor = first_floor if j == 0 else int(last_offsets[j - 1]) + 1
         if start < floor:
             reason = (
                 f"batch offsets [{start}, {last}] do not follow the offsets before them "
@@ -513,7 +522,8 @@ def _check_offsets(result, segment, next_base: int, offset_floor: int) -> int:
                 f"(the next segment starts at {next_base})"
             )
         raise CorruptRecordError(reason, position=int(result.batch_position[j]), path=segment.paths.log)
-    return int(last_offsets[-1]) + 1 if len(last_offsets) else offset_floor
+    floor = int(last_offsets[-1]) + 1 if len(last_offsets) else offset_floor
+    return floor, int(out[1]), int(out[2]), bool(out[3])
 
 
 def _check_legacy_wrappers(result, window, path) -> None:
