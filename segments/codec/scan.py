@@ -254,16 +254,29 @@ class ScanBuffers:
     """Per-record output memory reused across scans, for a caller that scans a file window by window.
 
     Fresh arrays cost a page fault per 4 KiB on first touch (about 15% of a scan of small records); reusing
-    them avoids that. A `ScanResult` made with a `ScanBuffers` shares its record arrays with it and is valid
-    only until the next scan that is given the same object. Capacity grows to the largest scan seen (bounded by
-    `records_max`) and is never given back; one per thread.
+    them avoids that. A `ScanResult` made with a `ScanBuffers` shares its record arrays and its arena of
+    decompressed records with it and is valid only until the next scan that is given the same object. Capacity
+    grows to the largest scan seen (bounded by `records_max` and `arena_bytes_max`) and is never given back; one
+    per thread. (A window's arena is ~4x its compressed bytes: at 32 MiB and more, glibc maps a fresh one for each
+    window, and unmapping it held the GIL ~0.2 ms a window, besides the page faults of its first touch.)
     """
 
-    __slots__ = ("_arrays", "_capacity")
+    __slots__ = ("_arena", "_arrays", "_capacity")
 
     def __init__(self) -> None:
         self._arrays: _Records = _empty_records()
         self._capacity = 0
+        self._arena = _EMPTY_U8
+
+    def arena(self, size: int) -> np.ndarray:
+        """A writable arena of at least `size` bytes (contents undefined): the one kept, or a larger one."""
+        if len(self._arena) < size:
+            self._arena = np.empty(size, dtype=np.uint8)
+        return self._arena
+
+    def keep_arena(self, arena: np.ndarray) -> None:
+        """Keep `arena`, grown during a scan, for the next scans."""
+        self._arena = arena
 
     def records(self, n: int) -> tuple[np.ndarray, ...]:
         """Views of length `n` of the per-record arrays (contents undefined)."""
@@ -367,7 +380,7 @@ def scan(
         if not (scalars[k.WS_LZ4_V2] and lz4k.ENABLED):
             return _scan_back(args, n, stop, torn_tail, torn_batch_bytes, hdr, n, _Failure(base_position), info)
         decoded = _lz4_arena(buf, hdr, rows[: int(scalars[k.WS_COMPRESSED])], int(scalars[k.WS_COMPRESSED_BYTES]),
-                             decompressed_bytes_max, arena_bytes_max)
+                             decompressed_bytes_max, arena_bytes_max, buffers)
         if decoded is None:  # an error or a limit: stepwise, which reports it as it always has
             return _scan_steps(*args)
         arena = decoded
@@ -403,13 +416,16 @@ def _lz4_kernels() -> ModuleType:
     return lz4k
 
 
-def _lz4_arena(buf, hdr, rows, compressed_bytes, decompressed_bytes_max, arena_bytes_max) -> np.ndarray | None:
+def _lz4_arena(buf, hdr, rows, compressed_bytes, decompressed_bytes_max, arena_bytes_max,
+               buffers: ScanBuffers | None) -> np.ndarray | None:
     """The records of the batches `rows` (every one an lz4 v2 batch) decoded into one read-only arena by
     `_lz4_kernels.decode_frames` (their header rows moved to it), or None at a frame it cannot decode or at the
-    arena's limit (the stepwise `_decompress_all` then says what happened)."""
+    arena's limit (the stepwise `_decompress_all` then says what happened). The arena is `buffers`' (kept,
+    grown) if given, else a fresh one."""
     lz4k = _lz4_kernels()
     estimate = _LZ4_ARENA_RATIO * compressed_bytes + _LZ4_ARENA_BYTES_MIN
-    arena = np.empty(min(estimate, max(arena_bytes_max, _LZ4_ARENA_BYTES_MIN)), dtype=np.uint8)
+    size = min(estimate, max(arena_bytes_max, _LZ4_ARENA_BYTES_MIN))
+    arena = np.empty(size, dtype=np.uint8) if buffers is None else buffers.arena(size)
     state, work, scratch = lz4k.new_state(decompressed_bytes_max, arena_bytes_max)
     j = 0
     while True:
@@ -420,6 +436,8 @@ def _lz4_arena(buf, hdr, rows, compressed_bytes, decompressed_bytes_max, arena_b
         if status != lz4k.GROW:
             return None
         arena = _grown(arena, int(state[lz4k.S_USED]), int(state[lz4k.S_DETAIL]))
+        if buffers is not None:
+            buffers.keep_arena(arena)
     used = int(state[lz4k.S_USED])
     arena = arena[:used] if used else _EMPTY_U8
     arena.flags.writeable = False

@@ -212,3 +212,28 @@ def test_fill_columns_makes_the_columns_numpy_made(seed):
             for name, want in _reference_columns(rows, 77, headers_only).items():
                 have = getattr(got, name)
                 assert have.dtype == want.dtype and np.array_equal(have, want), name
+
+
+def test_an_lz4_windows_arena_is_the_buffers_own_reused_and_kept_when_grown():
+    """Windows scanned with one `ScanBuffers` decode into its arena (no fresh mapping a window); one that needs
+    more than the arena holds grows it, and the grown arena is kept for the next scans. Each result is right while
+    it is the latest (the contract of the record arrays)."""
+    windows = [w for w in (_window(seed) for seed in range(1, 400, 4)) if w]
+    buffers = ScanBuffers()
+    kept = []
+    for data in windows:
+        buf = np.frombuffer(data, dtype=np.uint8)
+        expected = scan(buf, base_position=7)
+        got = scan(buf, base_position=7, buffers=buffers)
+        _same(expected, got)
+        if len(got.arena):
+            assert np.shares_memory(got.arena, buffers.arena(0))
+            kept.append(buffers.arena(0))
+    assert len(kept) > 3
+    assert all(a is b or len(b) > len(a) for a, b in zip(kept, kept[1:]))  # reused, or replaced by a larger one
+    small = ScanBuffers()
+    small.keep_arena(np.empty(16, dtype=np.uint8))  # too small for any window: every lz4 window grows it
+    for data in windows[:8]:
+        got = scan(np.frombuffer(data, dtype=np.uint8), base_position=7, buffers=small)
+        _same(scan(np.frombuffer(data, dtype=np.uint8), base_position=7), got)
+    assert len(small.arena(0)) > 16
