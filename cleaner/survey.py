@@ -465,8 +465,9 @@ def _first_start(result) -> int:
 
 
 def _check_remembered(remembered: _Remembered, segment, next_base: int, offset_floor: int) -> int:
-    """`_window_figures`' offset checks for a segment the memo replays: its batches were checked among themselves when it was
-    read; here its first batch against the batches before it, its last against the next segment's base."""
+    """`_window_figures`' offset checks for a segment the memo replays: its batches were checked among themselves
+    when it was read; here its first batch against the batches before it, its last against the next segment's
+    base."""
     if remembered.first_start < 0:  # no batch
         return offset_floor
     start, last = remembered.first_start, remembered.survey.next_offset - 1
