@@ -228,9 +228,23 @@ def _read_limited(path: str | os.PathLike, bytes_max: int) -> bytes | None:
         fd = open_no_follow(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
-    with open(fd, "rb") as f:
+    try:
         check_regular_fd(fd, path)
-        return f.read(bytes_max + 1)
+        # Read what the file holds now, plus one byte to see it grew: not a `bytes_max + 1` buffer for every read
+        # (64 MiB by default: a fresh mapping per read, of a file read at every round).
+        want = min(os.fstat(fd).st_size, bytes_max) + 1
+        chunks = []
+        total = 0
+        while total <= bytes_max:
+            chunk = os.read(fd, min(want, bytes_max + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            want = max(want, 1 << 16)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 class _OffsetCheckpointCache:
