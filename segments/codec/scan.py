@@ -256,8 +256,8 @@ class ScanBuffers:
     Fresh arrays cost a page fault per 4 KiB on first touch (about 15% of a scan of small records); reusing
     them avoids that. A `ScanResult` made with a `ScanBuffers` shares its record arrays and its arena of
     decompressed records with it and is valid only until the next scan that is given the same object. Capacity
-    grows to the largest scan seen (bounded by `records_max` and `arena_bytes_max`) and is never given back; one
-    per thread. (A window's arena is ~4x its compressed bytes: at 32 MiB and more, glibc maps a fresh one for each
+    grows to the largest scan seen (the record arrays bounded by `records_max`, the arena by the decoded bytes
+    of one window, doubled when it grows) and is never given back; one per thread. (A window's arena is ~4x its compressed bytes: at 32 MiB and more, glibc maps a fresh one for each
     window, and unmapping it held the GIL ~0.2 ms a window, besides the page faults of its first touch.)
     """
 
