@@ -707,11 +707,12 @@ def _stop_spark_now(spark, console) -> None:
     import signal
     import threading
 
-    from segments.spark.session import kill_child_jvms, quiet_py4j
+    from segments.spark.session import ignore_jvm_gone_warning, kill_child_jvms, quiet_py4j
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     quiet_py4j()
+    ignore_jvm_gone_warning()  # a JVM that got the signal too (a process group's SIGTERM) is gone or going
     console.end_progress()
     if spark is not None:
         def stop() -> None:

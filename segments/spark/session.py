@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 __all__ = [
-    "JvmConsole", "SparkUnavailableError", "describe_spark_error", "find_java", "get_session", "kill_child_jvms",
-    "quiet_py4j", "stop_session",
+    "JvmConsole", "SparkUnavailableError", "describe_spark_error", "find_java", "get_session", "ignore_jvm_gone_warning",
+    "kill_child_jvms", "quiet_py4j", "stop_session",
 ]
 
 log = logging.getLogger(__name__)
@@ -334,11 +334,21 @@ def _start_context_on_console(SparkConf, SparkContext, settings: dict[str, str],
     SparkContext(conf=spark_conf, gateway=gateway)
 
 
+def ignore_jvm_gone_warning() -> None:
+    """From now on in this process, leave out pyspark's warning that stopping found the JVM gone ("Unable to cleanly
+    shutdown Spark JVM process", printed on stderr): said when the JVM died first, of a signal its process group
+    got or of the failure the command reports itself."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Unable to cleanly shutdown Spark JVM process", category=RuntimeWarning)
+
+
 def stop_session(spark) -> None:
     """Stop `spark`; a JVM that is already gone is not an error here (the failure that killed it is reported)."""
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
+    ignore_jvm_gone_warning()
     try:
         spark.stop()
     except (PySparkException, Py4JError, OSError) as exc:
