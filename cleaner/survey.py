@@ -409,7 +409,7 @@ def survey_log(
                 result, segment, segments[i + 1].base_offset if inactive else None, offset_floor)
             if inactive:
                 if first_start < 0:
-                    first_start = _first_start(result)
+                    first_start = _batch_start(result, 0)
                 offset_floor = floor
                 last_position = int(result.batch_position[-1])
                 if wrappers:
@@ -458,10 +458,11 @@ def survey_log(
     return LogSurvey(surveys, producers, table, bytes_read)
 
 
-def _first_start(result) -> int:
-    """Where the first batch of a window starts, as `_window_figures` reads it."""
-    wrapper = bool(result.is_legacy[0]) and int(result.compression[0]) != fmt.COMPRESSION_NONE
-    return int(result.last_offset[0] if wrapper else result.base_offset[0])
+def _batch_start(result, j: int) -> int:
+    """Where batch j of a window starts, as `_window_figures` reads it: a legacy compressed wrapper at its last
+    (outer) offset, its first being unknown from its header alone."""
+    wrapper = bool(result.is_legacy[j]) and int(result.compression[j]) != fmt.COMPRESSION_NONE
+    return int(result.last_offset[j] if wrapper else result.base_offset[j])
 
 
 def _check_remembered(remembered: _Remembered, segment, next_base: int, offset_floor: int) -> int:
@@ -506,9 +507,7 @@ def _window_figures(result, segment, next_base: int | None, offset_floor: int) -
                             result.delete_horizon_ms, result.records_count, first_floor, ceiling, check, out)
     j = int(out[0])
     if j >= 0:
-        wrapper = bool(result.is_legacy[j]) and int(result.compression[j]) != fmt.COMPRESSION_NONE
-        last = int(last_offsets[j])
-        start = last if wrapper else int(result.base_offset[j])
+        last, start = int(last_offsets[j]), _batch_start(result, j)
         floor = first_floor if j == 0 else int(last_offsets[j - 1]) + 1
         if start < floor:
             reason = (

@@ -154,15 +154,17 @@ def check_regular_file(path: str | os.PathLike) -> os.stat_result:
     return st
 
 
-def check_regular_fd(fd: int, path: str | os.PathLike) -> None:
-    """Raise `NotRegularFileError` (naming `path` and what it is) unless the open `fd` is a regular file.
+def check_regular_fd(fd: int, path: str | os.PathLike) -> os.stat_result:
+    """Raise `NotRegularFileError` (naming `path` and what it is) unless the open `fd` is a regular file; its
+    `fstat` otherwise.
 
     For a file opened without a listing check: open it with `O_NONBLOCK` (so a FIFO is not waited on) and
     check it here before reading from it. The caller closes `fd` either way.
     """
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        raise NotRegularFileError(path, describe_file_kind(mode))
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFileError(path, describe_file_kind(st.st_mode))
+    return st
 
 
 def check_partition_dir(directory: str | os.PathLike) -> None:

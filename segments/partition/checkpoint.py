@@ -229,10 +229,10 @@ def _read_limited(path: str | os.PathLike, bytes_max: int) -> bytes | None:
     except FileNotFoundError:
         return None
     try:
-        check_regular_fd(fd, path)
+        size = check_regular_fd(fd, path).st_size
         # Read what the file holds now, plus one byte to see it grew: not a `bytes_max + 1` buffer for every read
         # (64 MiB by default: a fresh mapping per read, of a file read at every round).
-        want = min(os.fstat(fd).st_size, bytes_max) + 1
+        want = min(size, bytes_max) + 1
         chunks = []
         total = 0
         while total <= bytes_max:
