@@ -142,7 +142,7 @@ STEPS = (
      lambda name, file, cat: name == "LogSegment.append_batches" or file.startswith("segments/files/index.py")),
     ("transactions: producer states, control batches decoded in Python, markers",
      lambda name, file, cat: name in ("_track_producers", "_markers_discardable", "clean_group.<locals>.<genexpr>",
-                                      "_txn_entries", "_producer_last_batches", "_transaction_ends",
+                                      "_txn_entries", "_producer_last_batches", "_producer_rows",
                                       "_decode_control_type", "TransactionTable.rows")
      or name.startswith("LogSurvey.") or file.startswith(("segments/codec/records.py", "segments/codec/varint.py",
                                                           "segments/codec/control.py"))),

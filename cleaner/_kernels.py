@@ -2,12 +2,12 @@
 
 Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), `select_keys` (the
 records of a window the index phase inserts), `in_transactions` and `drop_runs` (the survey's pass finding and
-dropping aborted records), `window_producers` (the survey's producer tracking over a window), `window_figures` (the survey's offset
-checks, largest timestamp and soonest horizon of a window), the recopy's decisions over a window (`decide_window`: the
+dropping aborted records), `producer_rows` (a window's batches with a producer id and its markers' control types)
+and `window_producers` (the survey's producer tracking over them), `window_figures` (the survey's offset checks,
+largest timestamp and soonest horizon of a window), the recopy's decisions over a window (`decide_window`: the
 actions and the keep mask; `window_horizons`: delete horizons and the window's counters;
 `producer_last_batches`: the batches holding their producer's last data; `marker_runs`: the transactions a
-window's markers end), and the recopy
-phase's `assemble_batches` (verbatim copies, empty headers, uncompressed and lz4 v2 rebuilds of one window),
+window's markers end), and the recopy phase's `assemble_batches` (verbatim copies, empty headers, uncompressed and lz4 v2 rebuilds of one window),
 `copy_records` and `rebase_records` (copying kept v2 records into a new records region, rewriting each
 record's timestamp delta when a rebuilt batch gets a new base timestamp: the first kept record's, or the delete
 horizon). Every other field of a record is copied byte for byte. Inputs are trusted: they come from a scan
@@ -24,12 +24,14 @@ import numpy as np
 
 from segments.codec import compiled
 from segments.codec import format as fmt
+from segments.codec._control_kernels import first_control_type
 from segments.codec._header_kernels import write_v2_header
 from segments.codec._lz4_kernels import compress_frame, frame_bound
 
 __all__ = [
     "assemble_batches", "copy_records", "decide_window", "drop_runs", "mark_offsets", "marker_runs", "offsets_marked",
-    "producer_last_batches", "rebase_records", "select_keys", "window_horizons", "window_producers", "in_transactions", "window_figures",
+    "producer_last_batches", "producer_rows", "rebase_records", "select_keys", "window_horizons", "window_producers",
+    "in_transactions", "window_figures",
 ]
 
 
@@ -603,6 +605,46 @@ def marker_runs(producer_id, marker, written, out, pids, first, before, after):
                 out[i] = after[s] == 0
             after[s] = 0
     return count
+
+
+@compiled.njit(cache=True, nogil=True)
+def producer_rows(buf, producer_id, is_control, is_transactional, base_offset, last_offset, max_timestamp,
+                  records_count, attributes, records_in_arena, records_pos, records_bytes, columns, flags, batch,
+                  status):
+    """The survey's rows of one scanned window (`buf` its buffer, the other inputs the scan's batch arrays): the
+    batches that carry a producer id, in order, with the control type of each marker, in one walk.
+
+    Per row k: `columns` (int64, 5 rows) producer id, base offset, last offset, max timestamp, and the batch's
+    end (the control type of a COMMIT/ABORT marker, -1 for any other batch); `flags` (bool, 2 rows) control,
+    transactional; `batch[k]` its index among the window's batches; `status[k]` 0 for a batch that ends
+    nothing by itself (data, or a control batch without records), 1 for a control batch whose first record's
+    type was read here (`segments.codec._control_kernels.first_control_type`, which accepts only what the Python
+    decoder would), 2 for one the caller must decode itself (compressed, or not accepted). CRCs are not
+    checked here. Returns the number of rows."""
+    k = 0
+    for j in range(producer_id.size):
+        if producer_id[j] < 0:
+            continue
+        columns[0, k] = producer_id[j]
+        columns[1, k] = base_offset[j]
+        columns[2, k] = last_offset[j]
+        columns[3, k] = max_timestamp[j]
+        columns[4, k] = -1
+        flags[0, k] = is_control[j]
+        flags[1, k] = is_transactional[j]
+        batch[k] = j
+        status[k] = 0
+        if is_control[j] and records_count[j] != 0:
+            status[k] = 2
+            if (attributes[j] & fmt.COMPRESSION_MASK) == fmt.COMPRESSION_NONE and not records_in_arena[j]:
+                control_type, decided = first_control_type(buf, records_pos[j], records_pos[j] + records_bytes[j],
+                                                           records_count[j], last_offset[j] - base_offset[j])
+                if decided:
+                    status[k] = 1
+                    if control_type == fmt.CONTROL_TYPE_ABORT or control_type == fmt.CONTROL_TYPE_COMMIT:
+                        columns[4, k] = control_type
+        k += 1
+    return k
 
 
 @compiled.njit(cache=True, nogil=True)

@@ -596,7 +596,12 @@ def _txn_entries(cleaned: LogSegment, group, kept_markers: list[np.ndarray], ori
     table = survey.transaction_table
     rows = survey.aborted_rows_ending_in(start, end)
     kept = np.concatenate(kept_markers) if kept_markers else np.empty(0, dtype=np.int64)
-    rows = rows[np.isin(table.marker_offset[rows], kept) & (table.data_batches[rows] != 0)]
+    if len(kept):  # the kept control batches' offsets increase (log order): membership by binary search
+        markers = table.marker_offset[rows]
+        at = np.minimum(np.searchsorted(kept, markers), len(kept) - 1)
+        rows = rows[(kept[at] == markers) & (table.data_batches[rows] != 0)]
+    else:
+        rows = rows[:0]
     producer_id, marker = table.producer_id[rows], table.marker_offset[rows]
     first_offset, stable = table.first_offset[rows].copy(), marker + 1
     n = original.entries

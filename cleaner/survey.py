@@ -559,16 +559,38 @@ class _ProducerRows(NamedTuple):
 
 
 def _producer_rows(result, window: bytes, path, *, crc_checked: bool) -> _ProducerRows | None:
-    """The rows of a scanned window's batches that carry a producer id (None if none does); the control types of
-    its markers are decoded here (`_transaction_ends`). `crc_checked`: the scan verified the window's CRCs."""
-    relevant = np.flatnonzero(result.producer_id >= 0)
-    if not len(relevant):
+    """The rows of a scanned window's batches that carry a producer id (None if none does), with the control type
+    of each COMMIT/ABORT marker, in one compiled walk (`cleaner._kernels.producer_rows`). A control batch that
+    walk leaves undecided (compressed, or not plainly well formed), or whose CRC-32C the scan did not check
+    (`crc_checked` False) and does not match, is decoded here in Python, which raises `CorruptRecordError` (file,
+    byte) for the first malformed one."""
+    from segments.codec.control import crcs_match
+
+    from . import _kernels
+
+    n = int(np.count_nonzero(result.producer_id >= 0))
+    if not n:
         return None
-    ends = _transaction_ends(result, window, relevant[result.is_control[relevant]], path, crc_checked)
-    return _ProducerRows(
-        result.producer_id[relevant], result.is_control[relevant], result.is_transactional[relevant],
-        result.base_offset[relevant], result.last_offset[relevant], result.max_timestamp[relevant], ends[relevant],
-    )
+    columns = np.empty((5, n), dtype=np.int64)
+    flags = np.empty((2, n), dtype=np.bool_)
+    batch = np.empty(n, dtype=np.int64)
+    status = np.empty(n, dtype=np.int8)
+    _kernels.producer_rows(result.buffer, result.producer_id, result.is_control, result.is_transactional,
+                           result.base_offset, result.last_offset, result.max_timestamp, result.records_count,
+                           result.attributes, result.records_in_arena, result.records_pos, result.records_bytes,
+                           columns, flags, batch, status)
+    ends = columns[4]
+    if not crc_checked:  # a control batch is decided only once its CRC-32C matches
+        decided = np.flatnonzero(status == _DECIDED)
+        if len(decided):
+            status[decided[~crcs_match(result, batch[decided])]] = _UNDECIDED
+    for k in np.flatnonzero(status == _UNDECIDED).tolist():
+        control_type = _decode_control_type(result, window, int(batch[k]), path)
+        ends[k] = control_type if control_type in (fmt.CONTROL_TYPE_ABORT, fmt.CONTROL_TYPE_COMMIT) else -1
+    return _ProducerRows(columns[0], flags[0], flags[1], columns[1], columns[2], columns[3], ends)
+
+
+_DECIDED, _UNDECIDED = 1, 2  # `_kernels.producer_rows`' status of a control batch with records
 
 
 def _track_producers(rows: _ProducerRows, producers: dict[int, ProducerState],
@@ -628,27 +650,6 @@ def _track_producers_for(index_ahead: IndexAhead | None, rows: _ProducerRows, pr
     touched = _track_producers(rows, producers, ended)
     if index_ahead is not None:
         index_ahead.track(touched, producers, ended[before] if len(ended) > before else None)
-
-
-def _transaction_ends(result, window: bytes, batches: np.ndarray, path, crc_checked: bool) -> np.ndarray:
-    """Per batch of the window: the control type of the COMMIT/ABORT markers among the control `batches`, -1
-    elsewhere (an empty control batch, a cleaned marker, and control records of other types end nothing).
-
-    The types come from `segments.codec.control`; a batch it leaves undecided is decoded here in Python, which
-    raises `CorruptRecordError` (file, byte) for the first malformed one.
-    """
-    ends = np.full(result.n_batches, -1, dtype=np.int64)
-    batches = batches[result.records_count[batches] != 0]
-    if not len(batches):
-        return ends
-    from segments.codec.control import control_types
-
-    types, decided = control_types(result, batches, crc_checked=crc_checked)
-    for j in np.flatnonzero(~decided).tolist():
-        types[j] = _decode_control_type(result, window, int(batches[j]), path)
-    markers = (types == fmt.CONTROL_TYPE_ABORT) | (types == fmt.CONTROL_TYPE_COMMIT)
-    ends[batches[markers]] = types[markers]
-    return ends
 
 
 def _decode_control_type(result, window: bytes, i: int, path) -> int:

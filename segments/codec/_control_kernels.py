@@ -1,4 +1,5 @@
-"""Compiled kernel of `segments.codec.control`; private, called only from there.
+"""Compiled kernels of `segments.codec.control`, and the rule they share with the survey's walk over a window
+(`cleaner._kernels.producer_rows` calls `first_control_type`).
 
 `control_types` walks the records of uncompressed v2 control batches with the rules of the Python decoder
 (`segments.codec.records.decode_batch`) and reads the type of each batch's first control record. It accepts a
@@ -21,7 +22,7 @@ _CONTROL_KEY_BYTES = fmt.CONTROL_KEY.size  # a struct's size: not a compile-time
 
 
 @compiled.njit(cache=True, nogil=True)
-def _first_control_type(d, p, end, count, last_offset_delta):
+def first_control_type(d, p, end, count, last_offset_delta):
     """(type, True) for the v2 records region d[p:end] of `count` records if the Python decoder accepts it and
     its first record's key is a control key; (0, False) when the caller must decide."""
     control_type = np.int64(0)
@@ -71,6 +72,6 @@ def control_types(buf, records_pos, records_end, counts, last_offset_deltas, typ
     """For each batch j whose records region is buf[records_pos[j]:records_end[j]] (uncompressed, wholly in
     `buf`): types[j] = its first control record's type and decided[j] = True, or decided[j] = False."""
     for j in range(len(records_pos)):
-        types[j], decided[j] = _first_control_type(
+        types[j], decided[j] = first_control_type(
             buf, records_pos[j], records_end[j], counts[j], last_offset_deltas[j]
         )

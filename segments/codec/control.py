@@ -17,7 +17,7 @@ import numpy as np
 from . import _crc_kernels as crc
 from . import format as fmt
 
-__all__ = ["control_types"]
+__all__ = ["control_types", "crcs_match"]
 
 
 def control_types(result, batches: np.ndarray, *, crc_checked: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -48,10 +48,16 @@ def control_types(result, batches: np.ndarray, *, crc_checked: bool) -> tuple[np
         result.last_offset[rows] - result.base_offset[rows], plain_types, plain_decided,
     )
     if not crc_checked:
-        positions = result.batch_buffer_pos[rows]
-        computed = np.empty(len(rows), dtype=np.int64)
-        crc.batch_crcs(result.buffer, positions + fmt.ATTRIBUTES_OFFSET, positions + result.batch_size[rows], computed)
-        plain_decided &= computed == result.crc[rows]
+        plain_decided &= crcs_match(result, rows)
     types[plain] = plain_types
     decided[plain] = plain_decided
     return types, decided
+
+
+def crcs_match(result, batches: np.ndarray) -> np.ndarray:
+    """True where the CRC-32C of batch `batches[j]` of `result` (its buffer holds the whole batch) matches its
+    header's: one call of `_crc_kernels.batch_crcs`, without the GIL."""
+    positions = result.batch_buffer_pos[batches]
+    computed = np.empty(len(batches), dtype=np.int64)
+    crc.batch_crcs(result.buffer, positions + fmt.ATTRIBUTES_OFFSET, positions + result.batch_size[batches], computed)
+    return computed == result.crc[batches]

@@ -1,7 +1,8 @@
-"""Transactions without per-batch Python: the survey's producer and transaction tracking (numpy per window and
-producer, control types from `segments.codec.control`) and the recopy's marker and producer decisions equal the
-per-batch logic they replaced, kept here as the reference, on random logs with every kind of control batch; a
-malformed control record is reported as the Python decoder reports it, with its file and byte."""
+"""Transactions without per-batch Python: the survey's producer and transaction tracking (compiled walks per
+window: `cleaner._kernels.producer_rows` reads the markers' control types, `window_producers` the producers)
+and the recopy's marker and producer decisions equal the per-batch logic they replaced, kept here as the
+reference, on random logs with every kind of control batch; a malformed control record is reported as the
+Python decoder reports it, with its file and byte."""
 
 from __future__ import annotations
 
