@@ -173,18 +173,20 @@ class _OutputBuffer:
         self.scratch = np.empty(0, dtype=np.uint8)  # the records of one lz4 batch rebuilt by the kernel
         self.lz4_preferences: np.ndarray | None = None  # the frame settings the kernel compresses with
 
-    def reserve(self, data_bytes: int, batches: int) -> None:
-        """Room for `data_bytes` and `batches`, keeping what is already written."""
+    def reserve(self, data_bytes: int, batches: int, written_bytes: int, written_batches: int) -> None:
+        """Room for `data_bytes` and `batches`, keeping the first `written_bytes` and `written_batches` (what this
+        window wrote so far: a grown area copies only that, under the GIL; its new pages are first touched by
+        the kernel, without it)."""
         if len(self.data) < data_bytes:
             grown = np.empty(max(data_bytes, 2 * len(self.data)), dtype=np.uint8)
-            grown[: len(self.data)] = self.data
+            grown[:written_bytes] = self.data[:written_bytes]
             self.data = grown
         if len(self.positions) < batches:
             size = max(batches, 2 * len(self.positions))
             for name in ("positions", "last_offsets", "max_timestamps", "crc_positions"):
                 old = getattr(self, name)
                 grown = np.empty(size, dtype=old.dtype)
-                grown[: len(old)] = old
+                grown[:written_batches] = old[:written_batches]
                 setattr(self, name, grown)
 
 
@@ -405,7 +407,7 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, out:
     kern, lz4k, crc = _kern(), _lz4_kernels(), _crc_kernels()
     n = result.n_batches
     worst = len(result.buffer) + fmt.RECORD_BATCH_OVERHEAD * n + 10 * result.n_records
-    out.reserve(worst, n)
+    out.reserve(worst, n, 0, 0)
     if out.lz4_preferences is None:
         out.lz4_preferences = lz4k.kafka_preferences()
     clear = _NO_FLAGS if clear_horizon is None else clear_horizon
@@ -423,7 +425,7 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, out:
         if i >= n:
             break
         if room > 0:  # an lz4 rebuild's frame may need more than the worst case of its input
-            out.reserve(pos + room + (worst - pos), n)
+            out.reserve(pos + room + (worst - pos), n, pos, max(count, n_crc))
             continue
         if room < 0:  # an lz4 rebuild's records need a larger scratch
             out.scratch = np.empty(max(-room, 2 * len(out.scratch)), dtype=np.uint8)
@@ -436,7 +438,7 @@ def _window_output(result, ctx: RecopyContext, action, keep, needs_horizon, out:
             last = int(result.last_offset[i])
         else:
             data, last, max_ts = _rebuild_legacy(result, i, records)
-        out.reserve(pos + len(data) + (worst - pos), n)
+        out.reserve(pos + len(data) + (worst - pos), n, pos, max(count, n_crc))
         out.data[pos : pos + len(data)] = np.frombuffer(data, dtype=np.uint8)
         out.positions[count], out.last_offsets[count], out.max_timestamps[count] = pos, last, max_ts
         count += 1

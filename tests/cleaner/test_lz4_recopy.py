@@ -22,7 +22,8 @@ from cleaner import recopy
 from segments.codec import _lz4_kernels as lz4k
 from segments.codec import format as fmt
 
-from .builders import DAY_MS, ROLL, T0, Rec, batch, build_log, clean, file_digests, partition_dir, random_log, records
+from .builders import (DAY_MS, ROLL, T0, Rec, batch, build_log, clean, file_digests, partition_dir, random_log,
+                       records, segment_bases)
 
 pytestmark = pytest.mark.skipif(not lz4k.AVAILABLE, reason=f"liblz4 not bound: {lz4k.UNAVAILABLE_REASON}")
 
@@ -126,8 +127,9 @@ def test_logcleaner_clean_writes_the_same_bytes_without_the_kernels(tmp_path):
 
 
 def test_a_frame_needing_more_room_than_the_window_is_made_room_for(tmp_path, monkeypatch):
-    """A segment of one lz4 batch of zeros (~250:1): its rebuilt frame's bound is far above the window's worst
-    case (its bytes + 61 per batch + 10 per record), so the kernel asks for room and is called again."""
+    """A segment with an lz4 batch of zeros (~250:1): its rebuilt frame's bound is far above the window's worst
+    case (its bytes + 61 per batch + 10 per record), so the kernel asks for room and is called again; the
+    batches written before it in the window are kept as the output area grows."""
     rooms = []
     assemble = kernels.assemble_batches
 
@@ -140,9 +142,17 @@ def test_a_frame_needing_more_room_than_the_window_is_made_room_for(tmp_path, mo
 
     def make(d):
         zeros = [Rec(b"k%d" % i, bytes(20_000), T0 + i) for i in range(10)]
-        build_log(d, [batch(zeros, compression=fmt.COMPRESSION_LZ4), ROLL,
+        before = [batch([Rec(b"a%d" % i, b"x" * 100, T0), Rec(b"k3", b"old", T0)],
+                        compression=fmt.COMPRESSION_LZ4 if i % 2 else fmt.COMPRESSION_NONE) for i in range(4)]
+        build_log(d, [*before, batch(zeros, compression=fmt.COMPRESSION_LZ4), ROLL,
                       batch([Rec(b"k3", b"new", T0 + 50)], compression=fmt.COMPRESSION_LZ4)])
 
-    kernel, python = cleaned_both_ways(tmp_path, monkeypatch, make, lambda d: clean(d, now_ms=T0 + 1000))
+    def cleaned_as_expected(d):
+        before, active = records(d), segment_bases(d)[-1]
+        latest = {key: offset for offset, key, _ in before if offset < active}  # the cleanable section's latest
+        clean(d, now_ms=T0 + 1000)
+        assert records(d) == [r for r in before if r[0] >= active or latest[r[1]] == r[0]]
+
+    kernel, python = cleaned_both_ways(tmp_path, monkeypatch, make, cleaned_as_expected)
     assert kernel == python
     assert any(rooms)
