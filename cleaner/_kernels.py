@@ -1,8 +1,8 @@
 """Compiled per-record loops of a cleaning round (numba, cached on disk).
 
 Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), `select_keys` (the
-records of a window the index phase inserts), `in_transactions` and `drop_runs` (the survey's pass finding and
-dropping aborted records), `producer_rows` (a window's batches with a producer id and its markers' control types)
+records of a window the index phase inserts), `in_transactions` (data batches of aborted transactions) and
+`drop_aborted` (the survey's pass dropping their records), `producer_rows` (a window's batches with a producer id and its markers' control types)
 and `window_producers` (the survey's producer tracking over them), `window_figures` (the survey's offset checks,
 largest timestamp and soonest horizon of a window), the recopy's decisions over a window (`decide_window`: the
 actions and the keep mask; `window_horizons`: delete horizons and the window's counters;
@@ -29,7 +29,7 @@ from segments.codec._header_kernels import write_v2_header
 from segments.codec._lz4_kernels import compress_frame, frame_bound
 
 __all__ = [
-    "assemble_batches", "copy_records", "decide_window", "drop_runs", "mark_offsets", "marker_runs", "offsets_marked",
+    "assemble_batches", "copy_records", "decide_window", "drop_aborted", "mark_offsets", "marker_runs", "offsets_marked",
     "producer_last_batches", "producer_rows", "rebase_records", "select_keys", "window_horizons", "window_producers",
     "in_transactions", "window_figures",
 ]
@@ -521,23 +521,6 @@ def select_keys(offsets, key_len, batch_index, magic, attributes, aborted, first
 
 
 @compiled.njit(cache=True, nogil=True)
-def drop_runs(offsets, h1, h2, starts, stops):
-    """Remove the entries [starts[k], stops[k]) of the three arrays (ascending, disjoint runs: the records of
-    aborted batches among a window's selected records), moving the others down in order, in place; returns how
-    many are left."""
-    n = offsets.size
-    kept = starts[0] if starts.size else n
-    for k in range(starts.size):
-        following = starts[k + 1] if k + 1 < starts.size else n
-        for i in range(stops[k], following):
-            offsets[kept] = offsets[i]
-            h1[kept] = h1[i]
-            h2[kept] = h2[i]
-            kept += 1
-    return kept
-
-
-@compiled.njit(cache=True, nogil=True)
 def producer_last_batches(producer_id, magic, attributes, last_offset, table_producer_id, table_last_data,
                           table_last_entry, table_last_timestamp, table_open_first, expired_before, out):
     """out[i]: v2 batch i holds its producer's last data offset (Kafka's isBatchLastRecordOfProducer), by the
@@ -717,30 +700,79 @@ def window_producers(producer_id, is_control, is_transactional, base_offset, las
     return count, found
 
 
+@compiled.njit(cache=True, nogil=True, inline="always")
+def _in_transaction(pid, base, txn_producer_id, txn_first, txn_marker):
+    """Whether a batch (producer id, base offset) lies in one of the given transactions, sorted by (producer id,
+    first offset): one of the same producer whose first offset is at most the batch's base offset and whose
+    marker is at or after it (producer ids below 0 are in none). A producer's transactions never overlap, so
+    its last one starting at or before the batch is the only one to look at: a binary search."""
+    if pid < 0:
+        return False
+    lo = 0
+    hi = txn_producer_id.size
+    while lo < hi:  # the first row past (pid, base)
+        mid = (lo + hi) >> 1
+        if txn_producer_id[mid] < pid or (txn_producer_id[mid] == pid and txn_first[mid] <= base):
+            lo = mid + 1
+        else:
+            hi = mid
+    j = lo - 1
+    return j >= 0 and txn_producer_id[j] == pid and base <= txn_marker[j]
+
+
 @compiled.njit(cache=True, nogil=True)
 def in_transactions(producer_id, base_offset, candidate, txn_producer_id, txn_first, txn_marker, out):
-    """out[i]: `candidate` batch i (producer id, base offset) lies in one of the given transactions, sorted by
-    (producer id, first offset): one of the same producer whose first offset is at most the batch's base offset
-    and whose marker is at or after it (producer ids below 0 are in none). A producer's transactions never
-    overlap, so its last one starting at or before the batch is the only one to look at: a binary search."""
-    rows = txn_producer_id.size
+    """out[i]: `candidate` batch i (producer id, base offset) lies in one of the given transactions
+    (`_in_transaction`)."""
     for i in range(producer_id.size):
-        out[i] = False
-        pid = producer_id[i]
-        if not candidate[i] or pid < 0 or rows == 0:
+        out[i] = candidate[i] and _in_transaction(producer_id[i], base_offset[i], txn_producer_id, txn_first,
+                                                  txn_marker)
+
+
+@compiled.njit(cache=True, nogil=True, inline="always")
+def _first_above(a, value, lo):
+    """The first index at or after `lo` of ascending `a` whose entry is above `value` (a.size if none)."""
+    hi = a.size
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] <= value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@compiled.njit(cache=True, nogil=True)
+def drop_aborted(offsets, h1, h2, producer_id, base_offset, last_offset, txn_producer_id, txn_first, txn_marker):
+    """Remove from a window's selected records (offsets ascending, with their hashes h1, h2) those of the data
+    batches (producer id, base and last offset, in offset order) that lie in one of the given aborted
+    transactions (`_in_transaction`), moving the others down in order, in place; returns how many are left.
+    The survey's pass dropping aborted records, in one walk."""
+    n = offsets.size
+    kept = 0
+    read = 0  # records before `read` are decided: kept (moved down to below `kept`) or dropped
+    for i in range(producer_id.size):
+        if not _in_transaction(producer_id[i], base_offset[i], txn_producer_id, txn_first, txn_marker):
             continue
-        base = base_offset[i]
-        lo = 0
-        hi = rows
-        while lo < hi:  # the first row past (pid, base)
-            mid = (lo + hi) >> 1
-            if txn_producer_id[mid] < pid or (txn_producer_id[mid] == pid and txn_first[mid] <= base):
-                lo = mid + 1
-            else:
-                hi = mid
-        j = lo - 1
-        if j >= 0 and txn_producer_id[j] == pid:
-            out[i] = base <= txn_marker[j]
+        start = _first_above(offsets, base_offset[i] - 1, read)  # the batch's records: [start, stop)
+        stop = _first_above(offsets, last_offset[i], start)
+        if kept == read:
+            kept = start
+        else:
+            for r in range(read, start):
+                offsets[kept] = offsets[r]
+                h1[kept] = h1[r]
+                h2[kept] = h2[r]
+                kept += 1
+        read = stop
+    if kept == read:
+        return n
+    for r in range(read, n):
+        offsets[kept] = offsets[r]
+        h1[kept] = h1[r]
+        h2[kept] = h2[r]
+        kept += 1
+    return kept
 
 
 @compiled.njit(cache=True, nogil=True)

@@ -432,15 +432,7 @@ class IndexAhead:
             live = live[np.lexsort((columns[1][live], columns[0][live]))]  # by (producer id, first offset)
             self._aborted = [tuple(column[live] for column in columns)]
             self._aborted_merged = True
-        aborted_pid, aborted_first, aborted_marker = self._aborted[0][:3]
-        inside = np.empty(len(base), dtype=np.bool_)
-        _kern().in_transactions(producer_id, base, np.ones(len(base), dtype=np.bool_), aborted_pid, aborted_first,
-                                aborted_marker, inside)
-        aborted = np.flatnonzero(inside)
-        if not len(aborted):
-            return offsets, h1, h2
         # The records of each aborted batch are a run of the sorted offsets; the runs between them are kept, moved
         # down in place (these arrays are the held window's own, and this part of them is done with).
-        kept = _kern().drop_runs(offsets, h1, h2, np.searchsorted(offsets, base[aborted]),
-                                 np.searchsorted(offsets, last[aborted], side="right"))
-        return offsets[:kept], h1[:kept], h2[:kept]
+        kept = _kern().drop_aborted(offsets, h1, h2, producer_id, base, last, *self._aborted[0][:3])
+        return (offsets, h1, h2) if kept == len(offsets) else (offsets[:kept], h1[:kept], h2[:kept])

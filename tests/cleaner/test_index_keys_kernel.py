@@ -64,24 +64,3 @@ def test_windows_with_keys_in_the_arena_are_covered():
         result = scan(_window(seed))
         arena_keys += int(np.count_nonzero(result.record_in_arena & (result.key_len >= 0)))
     assert arena_keys > 0
-
-
-@pytest.mark.parametrize("seed", range(30))
-def test_dropping_runs_of_records_in_place_keeps_the_others_in_order(seed):
-    """`_kernels.drop_runs` (the survey's pass dropping aborted batches' records) against a numpy mask."""
-    from cleaner import _kernels
-
-    rnd = np.random.default_rng(seed)
-    n = int(rnd.integers(0, 200))
-    offsets = np.sort(rnd.choice(10 * n + 1, size=n, replace=False)).astype(np.int64)
-    h1, h2 = rnd.integers(0, 2**63, size=(2, n), dtype=np.int64).astype(np.uint64)
-    cuts = np.sort(rnd.integers(0, n + 1, size=2 * int(rnd.integers(0, n // 4 + 2)))).astype(np.int64)  # empty runs too
-    starts, stops = cuts[0::2], cuts[1::2]
-    kept = np.ones(n, dtype=bool)
-    for a, b in zip(starts, stops):
-        kept[a:b] = False
-    expected = offsets[kept], h1[kept], h2[kept]
-    count = _kernels.drop_runs(offsets, h1, h2, starts, stops)
-    assert count == kept.sum()
-    for got, want in zip((offsets[:count], h1[:count], h2[:count]), expected):
-        np.testing.assert_array_equal(got, want)

@@ -22,8 +22,20 @@ from cleaner import recopy
 from segments.codec import _lz4_kernels as lz4k
 from segments.codec import format as fmt
 
-from .builders import (DAY_MS, ROLL, T0, Rec, batch, build_log, clean, file_digests, partition_dir, random_log,
-                       records, segment_bases)
+from .builders import (
+    DAY_MS,
+    ROLL,
+    T0,
+    Rec,
+    batch,
+    build_log,
+    clean,
+    file_digests,
+    partition_dir,
+    random_log,
+    records,
+    segment_bases,
+)
 
 pytestmark = pytest.mark.skipif(not lz4k.AVAILABLE, reason=f"liblz4 not bound: {lz4k.UNAVAILABLE_REASON}")
 
