@@ -6,8 +6,8 @@ records of a window the index phase inserts), `in_transactions` (data batches of
 and `window_producers` (the survey's producer tracking over them), `window_figures` (the survey's offset checks,
 largest timestamp and soonest horizon of a window), the recopy's decisions over a window (`decide_window`: the
 actions and the keep mask; `window_horizons`: delete horizons and the window's counters;
-`producer_last_batches`: the batches holding their producer's last data; `marker_runs`: the transactions a
-window's markers end), and the recopy phase's `assemble_batches` (verbatim copies, empty headers, uncompressed and lz4 v2 rebuilds of one window),
+`producer_last_batches`: the batches holding their producer's last data; `window_markers`: its markers and
+which control batches may go, with `marker_runs`: the transactions a window's markers end), and the recopy phase's `assemble_batches` (verbatim copies, empty headers, uncompressed and lz4 v2 rebuilds of one window),
 `copy_records` and `rebase_records` (copying kept v2 records into a new records region, rewriting each
 record's timestamp delta when a rebuilt batch gets a new base timestamp: the first kept record's, or the delete
 horizon). Every other field of a record is copied byte for byte. Inputs are trusted: they come from a scan
@@ -29,7 +29,7 @@ from segments.codec._header_kernels import write_v2_header
 from segments.codec._lz4_kernels import compress_frame, frame_bound
 
 __all__ = [
-    "assemble_batches", "copy_records", "decide_window", "drop_aborted", "mark_offsets", "marker_runs", "offsets_marked",
+    "assemble_batches", "copy_records", "decide_window", "drop_aborted", "window_markers", "mark_offsets", "marker_runs", "offsets_marked",
     "producer_last_batches", "producer_rows", "rebase_records", "select_keys", "window_horizons", "window_producers",
     "in_transactions", "window_figures",
 ]
@@ -551,6 +551,43 @@ def producer_last_batches(producer_id, magic, attributes, last_offset, table_pro
             out[i] = last_offset[i] == last_data
         else:
             out[i] = _is_control(magic[i], attributes[i]) and last_offset[i] == table_last_entry[row]
+
+
+@compiled.njit(cache=True, nogil=True)
+def window_markers(is_control, records_count, producer_id, base_offset, txn_producer_id, txn_marker,
+                   txn_data_batches, survey_decides, written, marker, out, pids, first, before, after):
+    """The markers of a window and whether each control batch may go (`cleaner.recopy._markers_discardable`).
+
+    marker[i]: control batch i has records and is the COMMIT/ABORT marker of one of its producer's closed
+    transactions (`txn_*`: their producer ids, markers' offsets and data batches, sorted by producer id, then
+    offset; a producer's markers follow its first offsets, so one binary search on (producer id, marker)).
+    out[i]: an empty control batch (a marker cleaned before); with `survey_decides`, also a marker whose
+    transaction has no data batch in the whole log. Without it, the markers' answers come from the window's
+    own runs (`marker_runs` over `written`, which also fills pids/first/before/after); returns how many
+    producers that found (0 with `survey_decides`)."""
+    rows = txn_producer_id.size
+    for i in range(producer_id.size):
+        marker[i] = False
+        out[i] = is_control[i] and records_count[i] == 0
+        if not is_control[i] or records_count[i] == 0 or rows == 0:
+            continue
+        pid = producer_id[i]
+        offset = base_offset[i]
+        lo = 0
+        hi = rows
+        while lo < hi:  # the first row at or past (pid, offset)
+            mid = (lo + hi) >> 1
+            if txn_producer_id[mid] < pid or (txn_producer_id[mid] == pid and txn_marker[mid] < offset):
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < rows and txn_producer_id[lo] == pid and txn_marker[lo] == offset:
+            marker[i] = True
+            if survey_decides:
+                out[i] = txn_data_batches[lo] == 0
+    if survey_decides:
+        return 0
+    return marker_runs(producer_id, marker, written, out, pids, first, before, after)
 
 
 @compiled.njit(cache=True, nogil=True)

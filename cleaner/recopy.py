@@ -279,23 +279,21 @@ def _markers_discardable(result, ctx: RecopyContext, data_written: np.ndarray) -
     header), counted from the producer's previous marker across windows and groups in
     `ctx.txn_data_written`, which this advances; without it (a partial round), when the survey finds no data
     batch of the transaction in the whole log. Other control records never. One compiled walk over the window
-    (`_kernels.marker_runs`), then Python per producer it involves.
+    (`_kernels.window_markers`), then Python per producer it involves.
     """
-    out = result.is_control & (result.records_count == 0)
-    control = np.flatnonzero(result.is_control & (result.records_count != 0))
-    if not len(control) and ctx.txn_data_written is None:
-        return out
-    pids = result.producer_id
-    is_marker, discardable = ctx.survey.transaction_markers(pids[control], result.base_offset[control])
-    written_so_far = ctx.txn_data_written
-    if written_so_far is None:
-        out[control] = discardable
-        return out
     n = result.n_batches
-    marker = np.zeros(n, dtype=np.bool_)
-    marker[control[is_marker]] = True
+    written_so_far = ctx.txn_data_written
+    pids = result.producer_id
+    marker = np.empty(n, dtype=np.bool_)
+    out = np.empty(n, dtype=np.bool_)
     producers = np.empty((4, n), dtype=np.int64)  # per producer: id, first marker, written before it, after the last
-    count = _kern().marker_runs(pids, marker, data_written & result.is_transactional & (pids >= 0), out, *producers)
+    # the run's data batches (only read without the survey deciding: `marker` stands in, unread, otherwise)
+    written = data_written & result.is_transactional & (pids >= 0) if written_so_far is not None else marker
+    count = _kern().window_markers(result.is_control, result.records_count, pids, result.base_offset,
+                                   *ctx.survey.closed_markers, written_so_far is None, written, marker, out,
+                                   *producers)
+    if written_so_far is None:
+        return out
     for pid, first, before, after in sorted(zip(*(row[:count].tolist() for row in producers))):
         carried = written_so_far.get(pid, 0)
         if first >= 0:

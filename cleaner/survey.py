@@ -133,41 +133,20 @@ class TransactionTable(NamedTuple):
 
 
 class _ClosedTransactions:
-    """The closed transactions sorted by producer id, then first offset, searched by (producer id, offset) pairs.
-
-    Which data batches lie in aborted ones: one compiled binary search per batch over the aborted rows. Which
-    marker ends which transaction: one `np.searchsorted` over keys that pack a producer's rank and an offset into
-    one int64 while every offset fits beside the rank (always, in practice); otherwise numpy per producer, with the
-    same answers.
-    """
+    """The closed transactions sorted by producer id, then first offset (a producer's markers then follow in
+    offset order too: its transactions never overlap), as the compiled searches over them take them: which data
+    batches lie in aborted ones (`aborted_columns`, `cleaner._kernels.in_transactions`), and which control batch
+    is the marker of which transaction (`marker_columns`, `cleaner._kernels.window_markers`)."""
 
     def __init__(self, table: TransactionTable) -> None:
         closed = np.flatnonzero(table.marker_offset >= 0)
         closed = closed[np.argsort(table.first_offset[closed], kind="stable")]
         closed = closed[np.argsort(table.producer_id[closed], kind="stable")]
-        self.first_offset = table.first_offset[closed]
-        self.marker_offset = table.marker_offset[closed]
-        self.aborted = table.control_type[closed] == fmt.CONTROL_TYPE_ABORT
-        self.data_batches = table.data_batches[closed]
-        self.producers, self.start = np.unique(table.producer_id[closed], return_index=True)
-        self.stop = np.append(self.start[1:], len(closed))
-        self.shift = 63 - max(1, (len(self.producers) - 1).bit_length())
-        rank = np.repeat(np.arange(len(self.producers), dtype=np.int64), self.stop - self.start)
-        packable = bool(np.all((self.first_offset >= 0) & (self.first_offset >> self.shift == 0)
-                                & (self.marker_offset >> self.shift == 0)))
-        aborted = np.flatnonzero(self.aborted)  # sorted as the rows: by (producer id, first offset)
-        self.aborted_columns = (table.producer_id[closed][aborted], self.first_offset[aborted],
-                                self.marker_offset[aborted])
-        marker_keys = (rank << self.shift) | self.marker_offset
-        # A producer's markers follow the order of its first offsets in any log whose offsets increase.
-        self.marker_keys = marker_keys if packable and bool(np.all(marker_keys[1:] >= marker_keys[:-1])) else None
-
-    def _ranks(self, producer_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rank = np.minimum(np.searchsorted(self.producers, producer_id), len(self.producers) - 1)
-        return rank, self.producers[rank] == producer_id
-
-    def _packed(self, offsets: np.ndarray) -> bool:
-        return bool(np.all((offsets >= 0) & (offsets >> self.shift == 0)))
+        producer_id, first_offset, marker_offset = (table.producer_id[closed], table.first_offset[closed],
+                                                    table.marker_offset[closed])
+        aborted = np.flatnonzero(table.control_type[closed] == fmt.CONTROL_TYPE_ABORT)
+        self.aborted_columns = (producer_id[aborted], first_offset[aborted], marker_offset[aborted])
+        self.marker_columns = (producer_id, marker_offset, table.data_batches[closed])
 
     def aborted_batches(self, producer_id: np.ndarray, base_offset: np.ndarray, transactional: np.ndarray) -> np.ndarray:
         """For data batches: True where the batch is transactional and lies in one of these transactions that ended
@@ -177,21 +156,6 @@ class _ClosedTransactions:
         out = np.empty(len(producer_id), dtype=np.bool_)
         _kernels.in_transactions(producer_id, base_offset, transactional, *self.aborted_columns, out)
         return out
-
-    def ending_at(self, producer_id: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(j, found): j indexes the producer's transaction whose marker is at `offset`, where found."""
-        rank, known = self._ranks(producer_id)
-        keys = self.marker_keys
-        if keys is not None and self._packed(offset):
-            wanted = (rank << self.shift) | offset
-            j = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-            return j, known & (keys[j] == wanted)
-        j = np.zeros(len(offset), dtype=np.int64)
-        for r in np.unique(rank[known]).tolist():
-            idx = np.flatnonzero(known & (rank == r))
-            start, stop = int(self.start[r]), int(self.stop[r])
-            j[idx] = start + np.minimum(np.searchsorted(self.marker_offset[start:stop], offset[idx]), stop - start - 1)
-        return j, known & (self.marker_offset[j] == offset)
 
 
 @dataclass
@@ -241,16 +205,11 @@ class LogSurvey:
         """For data batches: True where the batch belongs to a transaction that ended with an ABORT marker."""
         return self._closed.aborted_batches(producer_id, base_offset, transactional)
 
-    def transaction_markers(self, producer_id: np.ndarray, marker_offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For control batches (producer ids, offsets): (is_marker, discardable).
-
-        is_marker: the batch at that offset is the COMMIT/ABORT marker of one of the producer's transactions
-        (other control records end none); discardable: it is, and its transaction has no data batch left.
-        """
-        if not len(self._closed.producers):
-            return np.zeros(len(producer_id), dtype=bool), np.zeros(len(producer_id), dtype=bool)
-        j, found = self._closed.ending_at(producer_id, marker_offset)
-        return found, found & (self._closed.data_batches[j] == 0)
+    @property
+    def closed_markers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The closed transactions' producer ids, markers' offsets and data batches, sorted by (producer id,
+        marker): what `cleaner._kernels.window_markers` searches for a window's markers."""
+        return self._closed.marker_columns
 
     def producer_table(self) -> ProducerTable:
         """The producers' states as arrays sorted by producer id (made once, then cached)."""

@@ -264,15 +264,12 @@ def _reference_producer_last_batches(result, ctx):
     return out
 
 
-@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("seed", range(30))
-def test_the_recopy_decides_markers_and_producers_last_batches_as_the_per_batch_logic(tmp_path, seed, packed):
-    """Also the survey's lookups they and the aborted data rule use, by packed keys and numpy per producer."""
+def test_the_recopy_decides_markers_and_producers_last_batches_as_the_per_batch_logic(tmp_path, seed):
+    """Also the survey's searches they and the aborted data rule use (compiled binary searches)."""
     d = partition_dir(tmp_path)
     _mixed_log(d, seed, leave_open=seed % 3 == 0)
     survey = _survey(d)
-    if not packed:  # as when an offset does not fit beside a producer's rank
-        survey._closed.marker_keys = None
     rnd = random.Random(seed)
     for window_bytes in (256, 1 << 20):
         written_new: dict[int, int] = {}
