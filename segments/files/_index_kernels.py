@@ -7,7 +7,8 @@ holding it, updated before each batch is considered; an offset-index entry at a 
 far, its offset)` there. `segments.files.index` calls it (`index_candidates`) for `LogSegment.append_batches`
 and for the canonical whole-segment build. Also the array appends' checks of `OffsetIndex.append_many`
 (`offset_entries`) and the `TimeIndex`'s rule for which candidates become entries (`time_entries`), each in
-one call; the single-entry paths of `segments.files.index` say what they check and raise.
+one call; the single-entry paths of `segments.files.index` say what they check and raise. `run_entries` is the
+three in one call, for a run of batches appended to a segment (`segments.files.index.append_run_entries`).
 
 Imported only at the first call (numba must not load at the CLI's start-up). Compiled `nogil`: the caller
 passes contiguous int64 arrays and gets the counts and the state after the last batch.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from ..codec import compiled
 
-__all__ = ["index_candidates", "offset_entries", "time_entries"]
+__all__ = ["index_candidates", "offset_entries", "run_entries", "time_entries"]
 
 
 @compiled.njit(cache=True, nogil=True)
@@ -100,3 +101,29 @@ def time_entries(timestamps, offsets, base_offset, last_timestamp, last_offset, 
             count += 1
         previous = timestamps[i]
     return count
+
+
+@compiled.njit(cache=True, nogil=True)
+def run_entries(positions, last_offsets, max_timestamps, end, interval, bytes_since, max_timestamp, shallow_offset,
+                start, base_offset, lowest_relative, lowest_position, relative_max, position_max, last_timestamp,
+                last_offset, scratch, out_relative, out_position, out_timestamp, out_time_relative, state):
+    """`index_candidates` over a run of batches written at file position `start` (`positions` relative to it),
+    then `offset_entries` over the indexed batches' (last offset, position) and `time_entries` over their
+    time-index candidates, in one call. `scratch` is int64 (5, len(positions)): the candidates (batch, timestamp,
+    offset) and the offset-index inputs (offset, position) are left in its rows. Writes the state after the last
+    batch to `state` (bytes_since, max_timestamp, shallow_offset). Returns (candidates, whether the offset index
+    takes them all, the time-index entries or -1)."""
+    count, bytes_since, max_timestamp, shallow_offset = index_candidates(
+        positions, last_offsets, max_timestamps, end, interval, bytes_since, max_timestamp, shallow_offset,
+        scratch[0], scratch[1], scratch[2])
+    state[0] = bytes_since
+    state[1] = max_timestamp
+    state[2] = shallow_offset
+    for k in range(count):
+        scratch[3, k] = last_offsets[scratch[0, k]]
+        scratch[4, k] = start + positions[scratch[0, k]]
+    ok = offset_entries(scratch[3, :count], scratch[4, :count], base_offset, lowest_relative, lowest_position,
+                        relative_max, position_max, out_relative, out_position)
+    time_count = time_entries(scratch[1, :count], scratch[2, :count], base_offset, last_timestamp, last_offset,
+                              relative_max, out_timestamp, out_time_relative)
+    return count, ok, time_count

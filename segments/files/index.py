@@ -39,6 +39,7 @@ __all__ = [
     "TimeIndex",
     "build_offset_index_entries",
     "build_time_index_entries",
+    "append_run_entries",
     "interval_entries",
 ]
 
@@ -508,6 +509,14 @@ class OffsetIndex(_SparseIndex):
             )
         self._push((relative, position))
 
+    def _append_floor(self) -> tuple[int, int, int]:
+        """(entries, the lowest relative offset and position the next entry may have): the bounds `append`
+        checks, for the array appends."""
+        n = self._loaded()
+        if not n:
+            return 0, 0, 0
+        return n, int(self._cols["relative_offset"][n - 1]) + 1, int(self._cols["position"][n - 1])
+
     def append_many(self, offsets: ArrayLike, positions: ArrayLike) -> None:
         """`append` of each `(offset, position)` in order, checked and stored as arrays (one copy per column).
 
@@ -520,9 +529,7 @@ class OffsetIndex(_SparseIndex):
             return
         if columns is not None:
             offsets, positions = columns
-            n = self._loaded()
-            lowest_relative = int(self._cols["relative_offset"][n - 1]) + 1 if n else 0
-            lowest_position = int(self._cols["position"][n - 1]) if n else 0
+            n, lowest_relative, lowest_position = self._append_floor()
             relative = np.empty(len(offsets), np.int32)
             position = np.empty(len(offsets), np.int32)
             # The checks `append` makes, over every entry in one compiled call (`_index_kernels.offset_entries`).
@@ -965,6 +972,53 @@ def interval_entries(
         out[2],
     )
     return out[0, :found], out[1, :found], out[2, :found], (int(bytes_since), int(max_timestamp), int(shallow_offset))
+
+
+def append_run_entries(
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    start: int,
+    positions: np.ndarray,
+    last_offsets: np.ndarray,
+    max_timestamps: np.ndarray,
+    *,
+    end: int,
+    index_interval_bytes: int,
+    state: tuple[int, int, int],
+) -> tuple[int, int, int]:
+    """Append to both indexes the entries `interval_entries` makes for a run of batches written at file position
+    `start` (`positions` relative to it, the last batch ending at `end`), from `state` (bytes_since,
+    max_timestamp, shallow_offset); returns the state after the run. The entries, and both indexes' checks of
+    them, are one compiled call (`_index_kernels.run_entries`); when a check fails, or an index lacks room, the
+    entries go through `OffsetIndex.append_many` / `TimeIndex.maybe_append_many`, which append what they take
+    and raise their errors, as a caller of those would see. Requires 1-D int64 arrays of one length, positions
+    increasing."""
+    count = len(positions)
+    if count == 0:
+        return state
+    n_offsets, lowest_relative, lowest_position = offset_index._append_floor()
+    n_times = time_index._loaded()
+    last_timestamp, last_offset = time_index.last_entry
+    scratch = np.empty((5, count), np.int64)
+    relative, position, time_relative = np.empty((3, count), np.int32)
+    timestamps = np.empty(count, np.int64)
+    after = np.empty(3, np.int64)
+    found, ok, timed = _kernels().run_entries(
+        np.ascontiguousarray(positions, dtype=np.int64), np.ascontiguousarray(last_offsets, dtype=np.int64),
+        np.ascontiguousarray(max_timestamps, dtype=np.int64), end, min(int(index_interval_bytes), _INT64_MAX),
+        *state, start, offset_index.base_offset, lowest_relative, lowest_position, fmt.RELATIVE_OFFSET_MAX,
+        _INT32_MAX, last_timestamp, last_offset, scratch, relative, position, timestamps, time_relative, after)
+    if found:
+        if ok and n_offsets + found <= offset_index.entries_max:
+            offset_index._push_many((relative[:found], position[:found]))
+        else:
+            offset_index.append_many(scratch[3, :found], scratch[4, :found])
+        if timed >= 0 and n_times + timed <= time_index.entries_max - fmt.TIME_INDEX_RESERVED_ENTRIES:
+            time_index._push_many((timestamps[:timed], time_relative[:timed]))
+        else:
+            time_index.maybe_append_many(scratch[1, :found], scratch[2, :found])
+    bytes_since, max_timestamp, shallow_offset = after.tolist()
+    return bytes_since, max_timestamp, shallow_offset
 
 
 def _canonical_entries(

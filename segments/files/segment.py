@@ -34,7 +34,7 @@ from ..codec.errors import CorruptRecordError, TruncatedBatchError
 from ..codec.legacy import decode_legacy_entry
 from ..codec.records import BatchHeader, RecordBatch, decode_batch
 from .fileio import DEFAULT_FILE_OPS, FileOps
-from .index import OffsetIndex, TimeIndex, build_offset_index_entries, build_time_index_entries, interval_entries
+from .index import OffsetIndex, TimeIndex, append_run_entries, build_offset_index_entries, build_time_index_entries
 from .mapped import mapped_window
 from .txnindex import TransactionIndex
 
@@ -506,8 +506,8 @@ class LogSegment:
 
         `batch_positions` are relative to `data`. Used by the cleaner, whose output chunks hold many
         batches; per-batch indexing keeps reads of the cleaned segment as precise as Kafka's recovery
-        rule would make them. The entries of all the batches are found in one compiled pass
-        (`index.interval_entries`) and appended as arrays. Returns the position written at.
+        rule would make them. The entries of all the batches are found and checked in one compiled pass
+        (`index.append_run_entries`) and appended as arrays. Returns the position written at.
         """
         assert self.writable, f"{self.paths.log} is not open for writing"
         n = len(batch_positions)
@@ -521,22 +521,14 @@ class LogSegment:
         start = self.size_bytes
         self.file_ops.pwrite_all(self._fd, data, start)
         self.size_bytes += len(data)
-        positions = np.asarray(batch_positions, dtype=np.int64)
-        # The per-batch rule of `append` over every batch at once (compiled), then the entries as arrays.
-        indexed, timestamps, offsets, state = interval_entries(
-            positions,
-            last_offsets,
-            np.asarray(batch_max_timestamps, dtype=np.int64),
-            end=len(data),
-            index_interval_bytes=self.index_interval_bytes,
-            bytes_since=self._bytes_since_last_index_entry,
-            max_timestamp=self._max_timestamp_so_far,
-            shallow_offset=self._shallow_offset_of_max_timestamp,
-        )
-        if len(indexed):
-            self.offset_index.append_many(last_offsets[indexed], start + positions[indexed])
-            self.time_index.maybe_append_many(timestamps, offsets)
-        self._bytes_since_last_index_entry, self._max_timestamp_so_far, self._shallow_offset_of_max_timestamp = state
+        # The per-batch rule of `append` over every batch at once, and both indexes' appends: one compiled call.
+        self._bytes_since_last_index_entry, self._max_timestamp_so_far, self._shallow_offset_of_max_timestamp = (
+            append_run_entries(
+                self.offset_index, self.time_index, start, np.asarray(batch_positions, dtype=np.int64), last_offsets,
+                np.asarray(batch_max_timestamps, dtype=np.int64), end=len(data),
+                index_interval_bytes=self.index_interval_bytes,
+                state=(self._bytes_since_last_index_entry, self._max_timestamp_so_far,
+                       self._shallow_offset_of_max_timestamp)))
         self._next_offset = int(last_offsets[-1]) + 1
         return start
 

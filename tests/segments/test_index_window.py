@@ -104,6 +104,55 @@ def test_window_entries_equal_the_per_batch_loop(tmp_path, interval, seed):
     segment.close()
 
 
+class ArrayAppends(ReferenceIndexer):
+    """`LogSegment.append_batches` of the thirteenth round: `interval_entries`, then `OffsetIndex.append_many` and
+    `TimeIndex.maybe_append_many` of the entries it found (each raises its own error, the offset index's first)."""
+
+    def append_batches(self, data_len, positions, last_offsets, max_timestamps) -> None:
+        start = self.size_bytes
+        self.size_bytes += data_len
+        indexed, timestamps, offsets, state = interval_entries(
+            positions, last_offsets, max_timestamps, end=data_len, index_interval_bytes=self.interval,
+            bytes_since=self.bytes_since, max_timestamp=self.max_ts, shallow_offset=self.shallow)
+        if len(indexed):
+            self.offset_index.append_many(last_offsets[indexed], start + positions[indexed])
+            self.time_index.maybe_append_many(timestamps, offsets)
+        self.bytes_since, self.max_ts, self.shallow = state
+
+
+@pytest.mark.parametrize("max_index_bytes", [8 * 7, 12 * 9, 8 * 40])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_run_that_fills_an_index_appends_and_raises_as_the_array_appends(tmp_path, max_index_bytes, seed):
+    """Indexes of a few entries: the run that fills one (its checks in the compiled call fail, so its entries go
+    through the array appends) takes the entries the array appends took, and raises their error."""
+    rng = random.Random(seed)
+    sizes, last_offsets, max_ts = random_stream(rng, 300)
+    segment = LogSegment(tmp_path, BASE, suffix=".cleaned", writable=True, create=True, index_interval_bytes=0,
+                         max_index_bytes=max_index_bytes)
+    reference = ArrayAppends(tmp_path, 0, max_index_bytes)
+    failures: list[str] = []
+    i = 0
+    while i < len(sizes) and not failures:
+        j = min(len(sizes), i + rng.randrange(1, 30))
+        positions = np.cumsum([0] + sizes[i:j - 1]).astype(np.int64)
+        data_len = int(positions[-1]) + sizes[j - 1]
+        window = (positions, np.array(last_offsets[i:j], np.int64), np.array(max_ts[i:j], np.int64))
+        outcomes = []
+        for appender, args in ((segment.append_batches, (bytes(data_len), *window)),
+                               (reference.append_batches, (data_len, *window))):
+            try:
+                appender(*args)
+                outcomes.append("")
+            except IndexAppendError as exc:  # the same message, but for the files' names
+                outcomes.append(str(exc).split(": ", 1)[1] + type(exc).__name__)
+        assert outcomes[0] == outcomes[1]
+        failures = [o for o in outcomes if o]
+        assert segment.offset_index.entries == reference.offset_index.entries
+        assert segment.time_index.entries == reference.time_index.entries
+        i = j
+    assert failures  # an index filled
+
+
 def test_interval_entries_continue_across_windows_like_one_run():
     rng = random.Random(7)
     sizes, last_offsets, max_ts = random_stream(rng, 300)
