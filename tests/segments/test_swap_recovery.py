@@ -286,3 +286,22 @@ def test_a_removal_that_fails_is_logged_and_the_remover_goes_on(tmp_path, caplog
     remover.drain()
     assert (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     assert "could not remove" in caplog.text and "next open of its log removes it" in caplog.text
+
+
+def test_the_remover_unlinks_several_files_at_once(tmp_path):
+    """Its threads take the files in turn: two removals are under way together (a barrier of two that a single
+    thread could never pass), and every file goes."""
+    barrier = threading.Barrier(2, timeout=10)
+
+    class Paired(FileOps):
+        def remove(self, path) -> None:
+            barrier.wait()
+            super().remove(path)
+
+    paths = [tmp_path / f"f{i}" for i in range(4)]
+    for path in paths:
+        path.write_text("x")
+    remover = BackgroundRemover(Paired())
+    remover.remove(paths)
+    remover.drain()
+    assert not any(path.exists() for path in paths)
