@@ -311,6 +311,7 @@ def main() -> int:
                         help="the plot's PNG ('' for none)")
     args = parser.parse_args()
     counts = [int(x) for x in args.partitions.split(",")]
+    args.data_dir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="many-partitions-", dir=args.data_dir))
     print(f"code: {_code_state()}; data in {root}", flush=True)
     rows = []
