@@ -2,12 +2,14 @@
 
 Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), `select_keys` (the
 records of a window the index phase inserts), `in_transactions` (data batches of aborted transactions) and
-`drop_aborted` (the survey's pass dropping their records), `producer_rows` (a window's batches with a producer id and its markers' control types)
-and `window_producers` (the survey's producer tracking over them), `window_figures` (the survey's offset checks,
-largest timestamp and soonest horizon of a window), the recopy's decisions over a window (`decide_window`: the
-actions and the keep mask; `window_horizons`: delete horizons and the window's counters;
-`producer_last_batches`: the batches holding their producer's last data; `window_markers`: its markers and
-which control batches may go, with `marker_runs`: the transactions a window's markers end), and the recopy phase's `assemble_batches` (verbatim copies, empty headers, uncompressed and lz4 v2 rebuilds of one window),
+`drop_aborted` (the survey's pass dropping their records), `producer_rows` (a window's batches with a producer
+id and its markers' control types) and `window_producers` (the survey's producer tracking over them),
+`window_figures` (the survey's offset checks, largest timestamp and soonest horizon of a window), the recopy's
+decisions over a window (`decide_window`: the actions and the keep mask; `window_horizons`: delete horizons and
+the window's counters; `producer_last_batches`: the batches holding their producer's last data;
+`window_markers`: its markers and which control batches may go, with `marker_runs`: the transactions a window's
+markers end), and the recopy phase's `assemble_batches` (verbatim copies, empty headers, uncompressed and lz4 v2
+rebuilds of one window),
 `copy_records` and `rebase_records` (copying kept v2 records into a new records region, rewriting each
 record's timestamp delta when a rebuilt batch gets a new base timestamp: the first kept record's, or the delete
 horizon). Every other field of a record is copied byte for byte. Inputs are trusted: they come from a scan
@@ -29,9 +31,9 @@ from segments.codec._header_kernels import write_v2_header
 from segments.codec._lz4_kernels import compress_frame, frame_bound
 
 __all__ = [
-    "assemble_batches", "copy_records", "decide_window", "drop_aborted", "window_markers", "mark_offsets", "marker_runs", "offsets_marked",
-    "producer_last_batches", "producer_rows", "rebase_records", "select_keys", "window_horizons", "window_producers",
-    "in_transactions", "window_figures",
+    "assemble_batches", "copy_records", "decide_window", "drop_aborted", "in_transactions", "mark_offsets",
+    "marker_runs", "offsets_marked", "producer_last_batches", "producer_rows", "rebase_records", "select_keys",
+    "window_figures", "window_horizons", "window_markers", "window_producers",
 ]
 
 

@@ -14,10 +14,11 @@ phase the clean section group by group.
 
 One pass over the headers (`segments.codec.scan` with `headers_only`, read and checked on a read-ahead thread,
 or, for a round given three threads or more, on all of them but its own, a segment each, taken in offset order:
-`segments.files.readahead`); the records of control batches are decoded in full by a compiled kernel
-(`segments.codec.control`; the Python decoder only for a batch it leaves undecided, which reports a fault), legacy
-wrappers, which are rare, by a scan of their own. Producers and transactions are tracked with numpy per window
-(all its producers in one pass), never per batch. This is the round's only CRC check: the index and recopy
+`segments.files.readahead`); the records of control batches are decoded in full by a compiled walk over each
+window (`cleaner._kernels.producer_rows`, with the codec's rule, `segments.codec._control_kernels`; the Python
+decoder only for a batch it leaves undecided, which reports a fault), legacy wrappers, which are rare, by a scan
+of their own. Producers and transactions are tracked by compiled walks per window (`window_producers`), never
+per batch in Python. This is the round's only CRC check: the index and recopy
 phases read the same inactive segments again, which the cleaner lock keeps unchanged, and do not check them
 twice. Memory is proportional to the number of transactions and producers, not to the log. It reads the
 active segment too (open transactions end there); since its writer may be appending to it, only its control
