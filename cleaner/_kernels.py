@@ -555,6 +555,21 @@ def producer_last_batches(producer_id, magic, attributes, last_offset, table_pro
             out[i] = _is_control(magic[i], attributes[i]) and last_offset[i] == table_last_entry[row]
 
 
+@compiled.njit(cache=True, nogil=True, inline="always")
+def _pair_search(pids, values, pid, value, past):
+    """Binary search over rows sorted by (producer id, value): the first row at (`past`: past) (pid, value), or
+    pids.size if none."""
+    lo = 0
+    hi = pids.size
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if pids[mid] < pid or (pids[mid] == pid and (values[mid] <= value if past else values[mid] < value)):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @compiled.njit(cache=True, nogil=True)
 def window_markers(is_control, records_count, producer_id, base_offset, txn_producer_id, txn_marker,
                    txn_data_batches, survey_decides, written, marker, out, pids, first, before, after):
@@ -575,14 +590,7 @@ def window_markers(is_control, records_count, producer_id, base_offset, txn_prod
             continue
         pid = producer_id[i]
         offset = base_offset[i]
-        lo = 0
-        hi = rows
-        while lo < hi:  # the first row at or past (pid, offset)
-            mid = (lo + hi) >> 1
-            if txn_producer_id[mid] < pid or (txn_producer_id[mid] == pid and txn_marker[mid] < offset):
-                lo = mid + 1
-            else:
-                hi = mid
+        lo = _pair_search(txn_producer_id, txn_marker, pid, offset, False)  # the first row at or past (pid, offset)
         if lo < rows and txn_producer_id[lo] == pid and txn_marker[lo] == offset:
             marker[i] = True
             if survey_decides:
@@ -747,15 +755,7 @@ def _in_transaction(pid, base, txn_producer_id, txn_first, txn_marker):
     its last one starting at or before the batch is the only one to look at: a binary search."""
     if pid < 0:
         return False
-    lo = 0
-    hi = txn_producer_id.size
-    while lo < hi:  # the first row past (pid, base)
-        mid = (lo + hi) >> 1
-        if txn_producer_id[mid] < pid or (txn_producer_id[mid] == pid and txn_first[mid] <= base):
-            lo = mid + 1
-        else:
-            hi = mid
-    j = lo - 1
+    j = _pair_search(txn_producer_id, txn_first, pid, base, True) - 1  # the last row at or before (pid, base)
     return j >= 0 and txn_producer_id[j] == pid and base <= txn_marker[j]
 
 

@@ -257,8 +257,9 @@ class ScanBuffers:
     them avoids that. A `ScanResult` made with a `ScanBuffers` shares its record arrays and its arena of
     decompressed records with it and is valid only until the next scan that is given the same object. Capacity
     grows to the largest scan seen (the record arrays bounded by `records_max`, the arena by the decoded bytes
-    of one window, doubled when it grows) and is never given back; one per thread. (A window's arena is ~4x its compressed bytes: at 32 MiB and more, glibc maps a fresh one for each
-    window, and unmapping it held the GIL ~0.2 ms a window, besides the page faults of its first touch.)
+    of one window, doubled when it grows) and is never given back; one per thread. (A window's arena is ~4x its
+    compressed bytes: at 32 MiB and more, glibc maps a fresh one for each window, and unmapping it held the GIL
+    ~0.2 ms a window, besides the page faults of its first touch.)
     """
 
     __slots__ = ("_arena", "_arrays", "_capacity")

@@ -128,10 +128,8 @@ class BackgroundRemover:
     def __init__(self, file_ops: FileOps | None = None, threads: int = 4) -> None:
         self._file_ops = file_ops or DEFAULT_FILE_OPS
         self._queue: queue.Queue[Path] = queue.Queue()
-        self._threads = [threading.Thread(target=self._run, name="logcleaner-remover", daemon=True)
-                         for _ in range(max(1, threads))]
-        for thread in self._threads:
-            thread.start()
+        for _ in range(max(1, threads)):
+            threading.Thread(target=self._run, name="logcleaner-remover", daemon=True).start()
 
     def remove(self, paths: list[Path]) -> None:
         """Remove `paths` soon, taken in this order (files already gone are no error)."""
