@@ -9,7 +9,6 @@ Errors name the file and what is wrong in it.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +102,8 @@ def load_config(
                 flat[key] = checked(os.fspath(server_properties), key, value, BROKER_SETTINGS)
                 sources[key] = properties_source
     if path is not None:
+        import tomllib  # only a process given a config file reads TOML (start-up, issue 19)
+
         try:
             with open(path, "rb") as f:
                 data = tomllib.load(f)

@@ -19,17 +19,13 @@ cannot be built (no C compiler), processes load numba's cache as before.
 
 from __future__ import annotations
 
-import compileall
 import fcntl
 import hashlib
 import json
 import logging
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -128,6 +124,8 @@ def _fill_cache(check_abort: Callable[[], None] | None) -> bool | None:
 
 
 def _run_child(fingerprint: str, check_abort: Callable[[], None] | None) -> bool | None:
+    import subprocess  # here and below: only a process that compiles needs these modules (its start-up, issue 19)
+
     jit_only = compiled.mode() == "jit"
     log.warning("compiling the cleaner's kernels for this machine in a child process (once per installation; "
                 "about a minute)")
@@ -229,6 +227,8 @@ def _warm_up_logs(root: Path) -> list[Path]:
 
 def _warm_up() -> None:
     """Compile every kernel a round runs (the child's work)."""
+    import tempfile
+
     import numpy as np
 
     from offsetmap import OffsetMap
@@ -307,6 +307,9 @@ def build_module(folder: Path, print_: str) -> Path:
     """Compile every kernel this process has compiled once (with that one signature) into the extension
     module for fingerprint `print_`, in `folder`, with its signature table beside it; returns its path.
     Needs a C compiler and the Python headers (raises if the build fails)."""
+    import shutil
+    import tempfile
+
     from numba.pycc import CC
     from numba.pycc import compiler as pycc_compiler
 
@@ -366,6 +369,8 @@ def compile_bytecode() -> bool:
     """Write the byte code of this project's modules into their `__pycache__` folders (those not already up
     to date); True if every module was written or current. A tree that cannot be written is left as it is:
     Python then compiles in memory, as before."""
+    import compileall
+
     root = _package_root()
     return all(compileall.compile_dir(root / package, quiet=2, workers=1) for package in _PACKAGES)
 
@@ -375,6 +380,8 @@ def _warm_up_apart() -> None:
     memory of numba's compiles (~320 MiB at its peak) is gone before the module's build, which then loads the
     kernels from that cache (~1 s, ~170 MiB) instead of adding ~90 MiB to it. Raises if that process fails;
     stops it if this one is stopped."""
+    import subprocess
+
     command = [sys.executable, "-m", "cleaner.kernel_cache", "--warm-up-only"]
     with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) as warm_up:  # stderr: ours
         try:
@@ -391,6 +398,8 @@ def _child(jit_only: bool, warm_up_only: bool = False) -> None:
     """Compile every kernel under numba, build the module (unless `jit_only`, and when this machine can), then
     write the stamp; with `warm_up_only`, only compile (into numba's cache). Everything temporary is made in one
     scratch directory, removed on SIGTERM too."""
+    import tempfile
+
     os.environ[compiled.MODE_ENV] = "jit"  # before any kernel module is imported: the build needs numba's kernels
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # unwinds the scratch directory
     fingerprint = compiled.fingerprint()

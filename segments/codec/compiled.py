@@ -88,9 +88,9 @@ def fingerprint_of(root: Path) -> str:
     (as numba stamps a kernel's file), numba's version, the Python and the CPU."""
     digest = hashlib.sha256()
     for package in _PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            st = path.stat()
-            digest.update(f"{path.relative_to(root)} {st.st_size} {st.st_mtime_ns}\n".encode())
+        for name in _modules(root, package):
+            st = os.stat(os.path.join(root, name))
+            digest.update(f"{name} {st.st_size} {st.st_mtime_ns}\n".encode())
     spec = importlib.util.find_spec("numba")
     if spec is not None and spec.origin:
         st = Path(spec.origin).stat()
@@ -99,6 +99,16 @@ def fingerprint_of(root: Path) -> str:
     digest.update(platform.machine().encode())
     digest.update(_cpu_text().encode()[:8192])
     return digest.hexdigest()
+
+
+def _modules(root: Path, package: str) -> list[str]:
+    """The `.py` files under `root/package`, as sorted paths relative to `root` (`os.walk`: a third of
+    `Path.rglob`'s time, paid by every process that loads the kernels)."""
+    found = []
+    for folder, _, files in os.walk(os.path.join(root, package)):
+        relative = os.path.relpath(folder, root)
+        found.extend(os.path.join(relative, f) for f in files if f.endswith(".py"))
+    return sorted(found)
 
 
 _fingerprints: list[str] = []  # this process's, once computed (a source edited later is the next process's)
