@@ -104,7 +104,7 @@ def fingerprint_of(root: Path) -> str:
 def _modules(root: Path, package: str) -> list[str]:
     """The `.py` files under `root/package`, as sorted paths relative to `root` (`os.walk`: a third of
     `Path.rglob`'s time, paid by every process that loads the kernels)."""
-    found = []
+    found: list[str] = []
     for folder, _, files in os.walk(os.path.join(root, package)):
         relative = os.path.relpath(folder, root)
         found.extend(os.path.join(relative, f) for f in files if f.endswith(".py"))
