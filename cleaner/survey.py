@@ -293,26 +293,34 @@ _SEGMENT_MEMO_BYTES = 256  # a `_Remembered` without its rows, roughly
 
 def _segment_windows(segments, i: int, ring: WindowRing, charge_io: Callable[[int], None] | None,
                      ahead: IndexAhead | None, memo: SurveyMemo | None, mapped: Callable[[LogSegment], bool]):
-    """Segment i's items: (i, window, header scan, keys, None) per window, then (i, None, None, None, stat) at its
-    end; or (i, None, remembered, None, stat) alone for an inactive segment the memo holds unchanged and `ahead`
-    does not index. Runs on a read-ahead thread (which charges each read to `charge_io` before it). CRCs are
-    checked except in the active segment (the last). The segments `ahead` indexes are scanned with their
-    records, and `keys` are the window's records to index with their hashes (None elsewhere). `mapped(segment)`
-    says whether to read it through a mapping (`PartitionLog.reads_mapped`)."""
+    """Segment i's items: (i, window, header scan, keys, rows, None) per window, then (i, None, None, None, None,
+    stat) at its end; or (i, None, remembered, None, None, stat) alone for an inactive segment the memo holds
+    unchanged and `ahead` does not index. Runs on a read-ahead thread (which charges each read to `charge_io`
+    before it). CRCs are checked except in the active segment (the last). The segments `ahead` indexes are scanned
+    with their records, and `keys` are the window's records to index with their hashes (None elsewhere). `rows`
+    are the window's `_producer_rows`, or the exception they raised, which the round's thread raises where it
+    takes them (after the window's offset checks, as when it made them itself). `mapped(segment)` says whether
+    to read it through a mapping (`PartitionLog.reads_mapped`)."""
     segment = segments[i]
     active = i == len(segments) - 1
     records = ahead is not None and not active and ahead.scans_records(i)
     st = os.stat(segment.paths.log)
     remembered = memo.get(str(segment.paths.log), _identity(st)) if memo is not None and not active else None
     if remembered is not None and not records:
-        yield i, None, remembered, None, st
+        yield i, None, remembered, None, None, st
         return
     for window, result in segment.scan_windows(
         window_bytes=ring.window_bytes, verify_crc=not active, headers_only=not records, stop_at_invalid=active,
         ring=ring, before_read=charge_io, mapped=mapped(segment),
     ):
-        yield i, window, result, (ahead.keys(result) if records and ahead is not None else None), None
-    yield i, None, None, None, st
+        keys = ahead.keys(result) if records and ahead is not None else None
+        try:
+            rows: _ProducerRows | Exception | None = _producer_rows(result, window, segment.paths.log,
+                                                                    crc_checked=not active)
+        except Exception as exc:  # noqa: BLE001 - raised on the round's thread, in its place
+            rows = exc
+        yield i, window, result, keys, rows, None
+    yield i, None, None, None, None, st
 
 
 def survey_log(
@@ -351,7 +359,7 @@ def survey_log(
     offset_floor = 0  # the lowest offset the next batch of an inactive segment may start at
     sources = [functools.partial(_segment_windows, segments, i, charge_io=charge_io, ahead=index_ahead, memo=memo,
                                  mapped=log.reads_mapped) for i in range(len(segments))]
-    for i, window, result, keys, st in read_ahead_in_order(sources, [ring, *more_rings], name="survey-read-ahead",
+    for i, window, result, keys, window_rows, st in read_ahead_in_order(sources, [ring, *more_rings], name="survey-read-ahead",
                                                            total_bytes=sum(sizes)):
         segment = segments[i]
         inactive = i < len(segments) - 1
@@ -404,7 +412,8 @@ def survey_log(
         if window_horizon_ms >= 0:
             horizon_ms = window_horizon_ms if horizon_ms < 0 else min(horizon_ms, window_horizon_ms)
         next_offset = int(result.last_offset[-1]) + 1
-        window_rows = _producer_rows(result, window, segment.paths.log, crc_checked=inactive)
+        if isinstance(window_rows, Exception):
+            raise window_rows
         if window_rows is not None:
             _track_producers_for(index_ahead, window_rows, producers, ended)
             if memo is not None and inactive:
