@@ -1,9 +1,9 @@
 """Compiled per-record loops of a cleaning round (numba, cached on disk).
 
-Owns `mark_offsets` / `offsets_marked` (the index phase's bitmap of superseded offsets), `select_keys` (the
-records of a window the index phase inserts), `in_transactions` (data batches of aborted transactions) and
-`drop_aborted` (the survey's pass dropping their records), `producer_rows` (a window's batches with a producer
-id and its markers' control types) and `window_producers` (the survey's producer tracking over them),
+Owns `offsets_marked` (reading the index phase's bitmap of superseded offsets, which the offset map marks),
+`select_keys` (the records of a window the index phase inserts), `in_transactions` (data batches of aborted
+transactions) and `drop_aborted` (the survey's pass dropping their records), `producer_rows` (a window's batches
+with a producer id and its markers' control types) and `window_producers` (the survey's producer tracking over them),
 `window_figures` (the survey's offset checks, largest timestamp and soonest horizon of a window), the recopy's
 decisions over a window (`decide_window`: the actions and the keep mask; `window_horizons`: delete horizons and
 the window's counters; `producer_last_batches`: the batches holding their producer's last data;
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from offsetmap._kernels import offset_marked
 from segments.codec import compiled
 from segments.codec import format as fmt
 from segments.codec._control_kernels import first_control_type
@@ -31,34 +32,18 @@ from segments.codec._header_kernels import write_v2_header
 from segments.codec._lz4_kernels import compress_frame, frame_bound
 
 __all__ = [
-    "assemble_batches", "copy_records", "decide_window", "drop_aborted", "in_transactions", "mark_offsets",
+    "assemble_batches", "copy_records", "decide_window", "drop_aborted", "in_transactions",
     "marker_runs", "offsets_marked", "producer_last_batches", "producer_rows", "rebase_records", "select_keys",
     "window_figures", "window_horizons", "window_markers", "window_producers",
 ]
 
 
 @compiled.njit(cache=True, nogil=True)
-def mark_offsets(bits, start, offsets):
-    """Set the bit of every offset in [start, start + 8 * bits.size); other offsets (-1 included) are ignored."""
-    end = start + 8 * bits.size
-    for i in range(offsets.size):
-        o = offsets[i]
-        if start <= o < end:
-            d = o - start
-            bits[d >> 3] |= np.uint8(1 << (d & 7))
-
-
-@compiled.njit(cache=True, nogil=True)
 def offsets_marked(bits, start, offsets, out):
-    """out[i] = 1 if offsets[i]'s bit is set, 0 if not, -1 if offsets[i] lies outside the bitmap."""
-    end = start + 8 * bits.size
+    """out[i] = 1 if offsets[i]'s bit is set (the map marks them: `offsetmap._kernels.mark_offset`), 0 if not, -1
+    if offsets[i] lies outside the bitmap."""
     for i in range(offsets.size):
-        o = offsets[i]
-        if start <= o < end:
-            d = o - start
-            out[i] = (bits[d >> 3] >> (d & 7)) & 1
-        else:
-            out[i] = -1
+        out[i] = offset_marked(bits, start, offsets[i])
 
 
 @compiled.njit(cache=True, nogil=True, inline="always")
@@ -319,16 +304,14 @@ def decide_window(
     n = magic.size
     if phase == 0:
         count = 0
-        end = bits_start + 8 * bits.size
         for r in range(offsets.size):
             is_latest[r] = 0
             b = batch_index[r]
             if key_len[r] < 0 or offsets[r] > latest_offset or _is_control(magic[b], attributes[b]):
                 continue
-            o = offsets[r]
-            if use_bits and bits_start <= o < end:
-                d = o - bits_start
-                is_latest[r] = 1 - ((bits[d >> 3] >> (d & 7)) & 1)
+            marked = offset_marked(bits, bits_start, offsets[r]) if use_bits else np.int8(-1)
+            if marked >= 0:
+                is_latest[r] = 1 - marked
             else:
                 lookup[count] = r
                 count += 1

@@ -70,10 +70,6 @@ class SupersededOffsets:
         """First offset past the bitmap."""
         return self.start + 8 * len(self.bits)
 
-    def mark(self, offsets: np.ndarray) -> None:
-        """Mark `offsets` superseded (those outside the bitmap, and -1, are ignored)."""
-        _kern().mark_offsets(self.bits, self.start, np.ascontiguousarray(offsets, dtype=np.int64))
-
     def marked(self, offsets: np.ndarray) -> np.ndarray:
         """int8 per offset: 1 superseded, 0 not, -1 outside the bitmap (the map must be asked)."""
         out = np.empty(len(offsets), dtype=np.int8)
@@ -140,9 +136,8 @@ class _MapFiller:
         """Insert selected records, in offset order; True when the map filled (indexing stops there). A
         window's records may come in several calls: the map ends the same."""
         if len(offsets):
-            previous = np.empty(len(offsets), dtype=np.int64)
-            consumed = self.map.insert_hashes(h1, h2, offsets, previous=previous)
-            self.superseded.mark(previous[:consumed])
+            # the offsets these records supersede are marked by the map as it replaces them
+            consumed = self.map.insert_hashes(h1, h2, offsets, superseded=(self.superseded.bits, self.superseded.start))
             self.records_indexed += consumed
             if consumed < len(offsets):
                 self.map_full = True

@@ -92,6 +92,18 @@ def byte_buffer(buf: object) -> np.ndarray:
     return np.frombuffer(view.cast("B"), dtype=np.uint8)
 
 
+def bitmap(bits: object, start: object) -> tuple[np.ndarray, int]:
+    """(bits, start) of a bitmap of offsets the map writes into: a writable C-contiguous 1-D uint8 array and an
+    integer offset; raises OffsetMapInputError otherwise."""
+    if not (isinstance(bits, np.ndarray) and bits.dtype == np.uint8 and bits.ndim == 1 and bits.flags.c_contiguous
+            and bits.flags.writeable):
+        raise OffsetMapInputError("superseded", "expected a writable contiguous 1-D uint8 array of bits")
+    try:
+        return bits, operator.index(start)  # type: ignore[arg-type]
+    except TypeError:
+        raise OffsetMapInputError("superseded", "expected an integer first offset") from None
+
+
 def same_length(**arrays: np.ndarray) -> int:
     """The common length of `arrays`; raises OffsetMapInputError naming them if they differ."""
     lengths = {name: array.size for name, array in arrays.items()}

@@ -39,6 +39,8 @@ __all__ = [
     "insert_spans",
     "lookup_hashes",
     "lookup_spans",
+    "mark_offset",
+    "offset_marked",
     "put_one",
     "rehash",
 ]
@@ -409,15 +411,37 @@ def get_one(table, slots, buckets_choice, buckets_all, a, b):
     return _lookup_one(table, slots, buckets_choice, buckets_all, a, b)
 
 
+@compiled.njit(inline="always")
+def mark_offset(bits, start, offset):
+    """Set `offset`'s bit in the bitmap `bits` of the offsets [start, start + 8 * bits.size) (bit `d & 7` of byte
+    `d >> 3`, d = offset - start); an offset outside it is ignored. The one home of that layout: the index
+    phase's bitmap of superseded offsets (`cleaner.indexing.SupersededOffsets`) is read with `offset_marked`."""
+    d = offset - start
+    if 0 <= d < 8 * bits.size:
+        bits[d >> 3] |= np.uint8(1 << (d & 7))
+
+
+@compiled.njit(inline="always")
+def offset_marked(bits, start, offset):
+    """1 if `offset`'s bit is set in `bits` (as `mark_offset` sets it), 0 if not, -1 outside the bitmap."""
+    d = offset - start
+    if 0 <= d < 8 * bits.size:
+        return np.int8((bits[d >> 3] >> (d & 7)) & 1)
+    return np.int8(-1)
+
+
 @compiled.njit(cache=True, nogil=True)
-def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, size, capacity, previous):
+def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, size, capacity, previous, bits,
+                  bits_start):
     """Insert entries in order until one new key does not fit; returns (entries consumed, new size).
 
     When `previous` has an element per entry, previous[i] is set, for each consumed entry, to the offset the
-    entry replaced (-1 for a new key); an empty `previous` asks for nothing.
+    entry replaced (-1 for a new key); an empty `previous` asks for nothing. Each offset an entry replaces is
+    also marked in the bitmap `bits` of the offsets from `bits_start` (`mark_offset`; an empty `bits`: none).
     """
     n = h1.size
     track = previous.size > 0
+    marking = bits.size > 0
     lines = _prefetch_lines(size, slots)
     for j in range(min(n, PREFETCH_DISTANCE)):
         _prefetch_key(table, buckets_choice, h1[j], h2[j], lines)
@@ -430,8 +454,11 @@ def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, si
         found, free = _find(table, slots, buckets_choice, buckets_all, a, b)
         if found >= 0:
             word = found * WORDS_PER_SLOT + 2
+            replaced = np.int64(table[word] - _ONE)
             if track:
-                previous[i] = np.int64(table[word] - _ONE)
+                previous[i] = replaced
+            if marking:
+                mark_offset(bits, bits_start, replaced)
             table[word] = np.uint64(offsets[i]) + _ONE
             continue
         if size >= capacity or free < 0:

@@ -93,6 +93,7 @@ PER_THREAD_MEMORY_BYTES_MAX = 2**31 - 1  # Kafka caps each thread's share of the
 SLOTS_MAX = 2**32 - 1  # bucket choice reduces 32 hash bits; ~103 GB, far above any per-thread budget
 _TABLE_ALIGN_BYTES = 64
 _NO_PREVIOUS = np.empty(0, dtype=np.int64)  # insert_hashes' "track nothing"
+_NO_BITS = np.empty(0, dtype=np.uint8)  # insert_hashes' "mark nothing"
 # A round's probed part starts at this many slots (1.5 MiB) and doubles whenever it is half full (see the module
 # docstring): a round touches memory for the keys it finds, not for the records it may find.
 _REGION_START_SLOTS = 1 << 16
@@ -339,7 +340,8 @@ class OffsetMap:
     # -------------------------------------------------------------------------------------------- bulk
 
     def insert_hashes(
-        self, h1: np.ndarray, h2: np.ndarray, offsets: np.ndarray, previous: np.ndarray | None = None
+        self, h1: np.ndarray, h2: np.ndarray, offsets: np.ndarray, previous: np.ndarray | None = None,
+        superseded: tuple[np.ndarray, int] | None = None,
     ) -> int:
         """Insert `(h1[i], h2[i]) -> offsets[i]` in input order; return the number of entries consumed.
 
@@ -349,7 +351,10 @@ class OffsetMap:
         Ensures: entries [0, consumed) are applied, a repeated key keeping its last offset; consumed == len unless
         entry `consumed` holds a new key while size == active_capacity, in which case that entry and all after it
         are untouched; latest_offset = offsets[consumed - 1] when consumed > 0; previous[i] (i < consumed) is the
-        offset entry i replaced, -1 for a new key (the offsets a round's later records supersede).
+        offset entry i replaced, -1 for a new key (the offsets a round's later records supersede). With
+        `superseded` = (bits, start), a writable contiguous uint8 array and an int, every offset a consumed entry
+        replaced that lies in [start, start + 8 * len(bits)) also has its bit set in `bits` (`_kernels.mark_offset`:
+        the bitmap the cleaner keeps, made in the same pass instead of from `previous` afterwards).
         Raises OffsetOrderError / OffsetMapInputError before writing anything.
         """
         words1 = _inputs.hash_words("h1", h1)
@@ -357,12 +362,13 @@ class OffsetMap:
         offs = _inputs.int64_vector("offsets", offsets)
         count = _inputs.same_length(h1=words1, h2=words2, offsets=offs)
         replaced = _NO_PREVIOUS if previous is None else _output(previous, count)
+        bits, bits_start = (_NO_BITS, 0) if superseded is None else _inputs.bitmap(*superseded)
         if count == 0:
             return 0
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
         return self._insert_growing(count, offs, lambda done: kernels().insert_hashes(
             self._active, self._region_slots, self._buckets_choice, self._buckets_all, words1[done:], words2[done:],
-            offs[done:], self._size, self._limit, replaced[done:],
+            offs[done:], self._size, self._limit, replaced[done:], bits, bits_start,
         ))
 
     def lookup_hashes(self, h1: np.ndarray, h2: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

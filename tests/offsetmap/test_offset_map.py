@@ -243,6 +243,15 @@ def test_bulk_inputs_of_wrong_shape_or_dtype_are_rejected():
         m.lookup_hashes(one, one, out=np.empty(2, np.int64))
     with pytest.raises(OffsetMapInputError):
         m.insert_key_spans(np.zeros((2, 2), np.uint8), np.array([0]), np.array([1]), np.array([1]))
+    for bits, start in ((np.zeros(2, np.int8), 0), (np.zeros(4, np.uint8)[::2], 0),
+                        (np.zeros(2, np.uint8).reshape(1, 2), 0), (np.zeros(2, np.uint8), 1.5)):
+        with pytest.raises(OffsetMapInputError):
+            m.insert_hashes(one, one, np.array([1]), superseded=(bits, start))
+    frozen = np.zeros(2, np.uint8)
+    frozen.flags.writeable = False
+    with pytest.raises(OffsetMapInputError):
+        m.insert_hashes(one, one, np.array([1]), superseded=(frozen, 0))
+    assert m.size == 0  # nothing was written
 
 
 def test_lookup_writes_into_given_output_array():

@@ -74,15 +74,32 @@ class OffsetMapVersusDict(RuleBasedStateMachine):
             self.model[k] = offset
             self.latest = offset
 
-    @rule(data=st.lists(st.tuples(key_indexes, deltas), max_size=30))
-    def insert_hashes(self, data):
+    @rule(data=st.lists(st.tuples(key_indexes, deltas), max_size=30), back=st.integers(0, 40),
+          nbytes=st.integers(0, 6))
+    def insert_hashes(self, data, back, nbytes):
+        """With `previous` and a bitmap of superseded offsets starting `back` below the floor (`nbytes` bytes: some
+        replaced offsets fall outside it): both say what the model replaced, the bitmap only inside its range."""
         keys = [KEYS[i] for i, _ in data]
         offsets = self._offsets(self._floor(), [d for _, d in data])
         pairs = [hash_key(k, self.m.seed) for k in keys]
         h1 = np.array([p[0] for p in pairs], dtype=np.uint64)
         h2 = np.array([p[1] for p in pairs], dtype=np.uint64)
-        consumed = self.m.insert_hashes(h1, h2, offsets)
+        start = max(self._floor() - back, 0)
+        bits = np.zeros(nbytes, dtype=np.uint8)
+        previous = np.full(len(keys), -2, dtype=np.int64)
+        held = dict(self.model)
+        consumed = self.m.insert_hashes(h1, h2, offsets, previous=previous, superseded=(bits, start))
         assert consumed == self._model_insert(list(zip(keys, offsets.tolist())))
+        replaced = []
+        for k, offset in zip(keys[:consumed], offsets[:consumed].tolist()):
+            replaced.append(held.get(k, -1))
+            held[k] = offset
+        assert previous[:consumed].tolist() == replaced
+        expected = np.zeros(nbytes, dtype=np.uint8)
+        for offset in replaced:
+            if start <= offset < start + 8 * nbytes:
+                expected[(offset - start) >> 3] |= 1 << ((offset - start) & 7)
+        assert bits.tolist() == expected.tolist()
 
     @rule(data=st.lists(st.tuples(st.one_of(st.none(), key_indexes), deltas), max_size=30))
     def insert_key_spans(self, data):
