@@ -374,7 +374,7 @@ NOBODY = pwd.getpwnam("nobody") if IS_ROOT else None
 _DROP_PRIVILEGES = textwrap.dedent("""
     import os, sys, tempfile, time
     from pathlib import Path
-    import ctypes.util, difflib, encodings.idna
+    import ctypes.util, difflib, encodings.idna, tomllib  # what the commands import late (this Python is root's)
     import cleaner.allocator, cleaner.cli, cleaner.daemon, cleaner.oneshot
     from cleaner.settings import Settings
     from segments.tools.generate import WorkloadSpec, generate_partition
