@@ -347,6 +347,23 @@ def test_a_malformed_control_record_is_reported_with_its_file_and_byte(tmp_path,
     assert (info.value.reason, info.value.position, info.value.path) == (reason, position, str(path))
 
 
+def test_a_window_out_of_offset_order_is_reported_before_its_malformed_control_record(tmp_path):
+    """The read-ahead thread decodes a window's control batches; what they raise waits for the window's offset
+    checks on the round's thread, so a window wrong both ways reports its offsets, as when one thread did both."""
+    d = partition_dir(tmp_path)
+    first = txn_batch([(b"k", b"v")], pid=1)
+    build_log(d, [first, commit(1), commit(1), ROLL, commit(2)], roll_at_end=False)
+    next_base = b.segment_bases(d)[1]
+    bad = next_base.to_bytes(fmt.BASE_OFFSET_BYTES, "big") + _short_key()[fmt.BASE_OFFSET_BYTES:]  # the next one's
+    path = b.write_raw_segment(d, 0, first + bad)
+    assert _expected_error(bad, len(first))[0]  # malformed as well
+    with pytest.raises(CorruptRecordError) as info:
+        _survey(d)
+    assert info.value.reason.startswith(f"batch offsets [{next_base}, {next_base}] reach past the segment's range"), \
+        info.value.reason
+    assert (info.value.position, info.value.path) == (len(first), str(path))
+
+
 def test_a_control_batch_with_a_bad_crc_in_the_active_segment_is_reported(tmp_path):
     """The active segment's CRCs are not checked by the survey's scan; its control batches' still are."""
     d = partition_dir(tmp_path)
