@@ -359,8 +359,8 @@ def survey_log(
     offset_floor = 0  # the lowest offset the next batch of an inactive segment may start at
     sources = [functools.partial(_segment_windows, segments, i, charge_io=charge_io, ahead=index_ahead, memo=memo,
                                  mapped=log.reads_mapped) for i in range(len(segments))]
-    for i, window, result, keys, window_rows, st in read_ahead_in_order(sources, [ring, *more_rings], name="survey-read-ahead",
-                                                           total_bytes=sum(sizes)):
+    for i, window, result, keys, window_rows, st in read_ahead_in_order(
+            sources, [ring, *more_rings], name="survey-read-ahead", total_bytes=sum(sizes)):
         segment = segments[i]
         inactive = i < len(segments) - 1
         if isinstance(result, _Remembered):
