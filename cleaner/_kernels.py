@@ -1,7 +1,6 @@
 """Compiled per-record loops of a cleaning round (numba, cached on disk).
 
-Owns `offsets_marked` (reading the index phase's bitmap of superseded offsets, which the offset map marks),
-`select_keys` (the records of a window the index phase inserts), `in_transactions` (data batches of aborted
+Owns `select_keys` (the records of a window the index phase inserts), `in_transactions` (data batches of aborted
 transactions) and `drop_aborted` (the survey's pass dropping their records), `producer_rows` (a window's batches
 with a producer id and its markers' control types) and `window_producers` (the survey's producer tracking over them),
 `window_figures` (the survey's offset checks, largest timestamp and soonest horizon of a window), the recopy's
@@ -33,17 +32,9 @@ from segments.codec._lz4_kernels import compress_frame, frame_bound
 
 __all__ = [
     "assemble_batches", "copy_records", "decide_window", "drop_aborted", "in_transactions",
-    "marker_runs", "offsets_marked", "producer_last_batches", "producer_rows", "rebase_records", "select_keys",
+    "marker_runs", "producer_last_batches", "producer_rows", "rebase_records", "select_keys",
     "window_figures", "window_horizons", "window_markers", "window_producers",
 ]
-
-
-@compiled.njit(cache=True, nogil=True)
-def offsets_marked(bits, start, offsets, out):
-    """out[i] = 1 if offsets[i]'s bit is set (the map marks them: `offsetmap._kernels.mark_offset`), 0 if not, -1
-    if offsets[i] lies outside the bitmap."""
-    for i in range(offsets.size):
-        out[i] = offset_marked(bits, start, offsets[i])
 
 
 @compiled.njit(cache=True, nogil=True, inline="always")

@@ -70,12 +70,6 @@ class SupersededOffsets:
         """First offset past the bitmap."""
         return self.start + 8 * len(self.bits)
 
-    def marked(self, offsets: np.ndarray) -> np.ndarray:
-        """int8 per offset: 1 superseded, 0 not, -1 outside the bitmap (the map must be asked)."""
-        out = np.empty(len(offsets), dtype=np.int8)
-        _kern().offsets_marked(self.bits, self.start, np.ascontiguousarray(offsets, dtype=np.int64), out)
-        return out
-
 
 @dataclass(frozen=True, slots=True)
 class IndexResult:

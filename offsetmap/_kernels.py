@@ -2,7 +2,7 @@
 
 Owns every per-record loop of `offsetmap`: hashing keys in place in a segment buffer, bulk and single insert
 and lookup in the table, and the input checks that must run over whole arrays; and the layout of the bitmap of
-replaced offsets a bulk insert marks (`mark_offset`, read with `offset_marked` by the cleaner's kernels). It holds no state: the table,
+replaced offsets a bulk insert marks (`mark_offset`, read with `offset_marked` by the recopy's `decide_window`). It holds no state: the table,
 its geometry and the map's counters are passed in and the new counters are returned. It must not allocate
 anything proportional to the table or to the number of keys (the span kernels use a fixed 256-byte ring per
 call), do I/O, log, or validate arguments (`map.py` and `hashing.py` do that before calling in; these

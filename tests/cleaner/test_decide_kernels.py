@@ -28,6 +28,15 @@ from segments.codec.records import Record
 from .builders import DAY_MS, ROLL, T0, batch, build_log, clean, partition_dir, random_log, write_raw_segment
 
 
+def _marked(superseded, offsets: np.ndarray) -> np.ndarray:
+    """int8 per offset: 1 superseded, 0 not, -1 outside the bitmap (the map must be asked); read with numpy."""
+    d = offsets - superseded.start
+    inside = (d >= 0) & (d < 8 * len(superseded.bits))
+    out = np.full(len(offsets), -1, dtype=np.int8)
+    out[inside] = (superseded.bits[d[inside] >> 3] >> (d[inside] & 7)) & 1
+    return out
+
+
 def _reference_decide(result, ctx, retain_tombstones_legacy, group_last):
     """`recopy._decide` as numpy over the window (before the kernel)."""
     n = result.n_batches
@@ -47,7 +56,7 @@ def _reference_decide(result, ctx, retain_tombstones_legacy, group_last):
     candidates = np.nonzero(keyed & ~beyond & ~control[bi])[0]
     is_latest = np.zeros(result.n_records, dtype=bool)
     if ctx.superseded is not None and len(candidates):
-        marked = ctx.superseded.marked(offsets[candidates])
+        marked = _marked(ctx.superseded, offsets[candidates])
         is_latest[candidates[marked == 0]] = True
         lookup = candidates[marked < 0]
     else:
