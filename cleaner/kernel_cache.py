@@ -19,6 +19,7 @@ cannot be built (no C compiler), processes load numba's cache as before.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -34,7 +35,7 @@ from typing import Any
 
 from segments.codec import compiled
 
-__all__ = ["build_module", "compile_bytecode", "ensure_compiled", "stamp_path"]
+__all__ = ["build_module", "compile_bytecode", "ensure_compiled", "remove_other_numba_caches", "stamp_path"]
 
 log = logging.getLogger(__name__)
 
@@ -365,6 +366,26 @@ def build_module(folder: Path, print_: str) -> Path:
     return so_path
 
 
+def remove_other_numba_caches(print_: str) -> None:
+    """Remove the numba cache folders of other fingerprints from the cache directory (`compiled.numba_cache_dir`):
+    their sources were edited or replaced, so nothing reads them again. Folders of any other name are left. Also
+    removes the numba cache files that versions before the per-fingerprint folders wrote into this project's own
+    `__pycache__` folders (`*.nbi`, `*.nbc`: only numba writes those)."""
+    import shutil
+
+    keep = compiled.numba_cache_dir(print_)
+    for folder in keep.parent.glob(compiled.NUMBA_CACHE_PREFIX + "*"):
+        if folder.name != keep.name and folder.is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
+    for package in _PACKAGES:
+        for place, _, files in os.walk(_package_root() / package):
+            if os.path.basename(place) == "__pycache__":
+                for name in files:
+                    if name.endswith((".nbi", ".nbc")):
+                        with contextlib.suppress(OSError):
+                            os.unlink(os.path.join(place, name))
+
+
 def compile_bytecode() -> bool:
     """Write the byte code of this project's modules into their `__pycache__` folders (those not already up
     to date); True if every module was written or current. A tree that cannot be written is left as it is:
@@ -420,6 +441,7 @@ def _child(jit_only: bool, warm_up_only: bool = False) -> None:
                 print(f"the kernels' module was not built ({reason}); numba's cache serves", file=sys.stderr)
                 marker.write_text(reason + "\n")
     compile_bytecode()
+    remove_other_numba_caches(fingerprint)
     stamp = stamp_path()
     stamp.parent.mkdir(parents=True, exist_ok=True)
     tmp_stamp = stamp.with_name(stamp.name + f".{os.getpid()}.tmp")

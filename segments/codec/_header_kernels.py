@@ -7,9 +7,9 @@ kernels (`cleaner._kernels`) call it for every header they write; the object pat
 `fmt.BATCH_V2.pack` (`segments.codec.records`), and tests/segments/test_header_layout.py holds the two to
 each other.
 
-numba freezes the `fmt` ints into the compiled code and `cache=True` keeps it on disk next to each caller's
-module. That cache is invalidated by a change to the caller's own file only: after editing this file or
-format.py, delete the callers' `__pycache__/*.nbi` (or the new layout is not seen until they change).
+numba freezes the `fmt` ints into the compiled code and `cache=True` keeps it on disk; numba's cache is one
+folder per fingerprint of the three packages (`compiled.numba_cache_dir`), so an edit of this file or format.py
+recompiles the callers too.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ import numpy as np
 __all__ = [
     "AOT_PREFIX",
     "MODE_ENV",
+    "NUMBA_CACHE_PREFIX",
     "Kernel",
     "aot_files",
     "aot_module",
@@ -51,6 +52,7 @@ __all__ = [
     "mode",
     "module_state",
     "njit",
+    "numba_cache_dir",
     "numba_loaded",
 ]
 
@@ -58,6 +60,7 @@ __all__ = [
 # error where a kernel would fall back to the JIT (what the tests use to show the module serves every call)
 MODE_ENV = "LOGCLEANER_KERNELS"
 AOT_PREFIX = "logcleaner_kernels_"  # the extension module's name: this prefix and 16 hex digits of the fingerprint
+NUMBA_CACHE_PREFIX = "numba-"  # numba's cache for one fingerprint: a folder of this prefix and its 16 hex digits
 _PACKAGES = ("segments", "offsetmap", "cleaner")
 log = logging.getLogger(__name__)  # the kernels, and every module whose constants they freeze
 _lock = threading.RLock()
@@ -74,6 +77,15 @@ def cache_dir() -> Path:
     if configured:
         return Path(configured)
     return Path(__file__).resolve().parent / "__pycache__"
+
+
+def numba_cache_dir(print_: str | None = None) -> Path:
+    """Where numba caches the kernels compiled from sources of fingerprint `print_` (default: these sources): a
+    folder of `cache_dir()` per fingerprint. numba stamps a cached kernel with its own file only, so a kernel
+    that inlines a helper from another module (the recopy kernels inline the codec's header writer and the map's
+    bitmap reader) would keep the helper's old code after an edit of the helper's file alone; with the folder
+    named by the fingerprint of all three packages, an edit of any of them starts an empty cache."""
+    return cache_dir() / f"{NUMBA_CACHE_PREFIX}{(print_ or fingerprint())[:16]}"
 
 
 def fingerprint() -> str:
@@ -270,6 +282,8 @@ def _numba_njit(fn: Callable[..., Any], signature: tuple[Any, ...], options: dic
     """numba.njit(*signature, **options)(fn); without the on-disk cache when numba has nowhere to write it
     (NUMBA_CACHE_DIR and the sources' `__pycache__` not writable): compiled in this process then, every time."""
     numba = _import_numba()
+    if options.get("cache"):  # read when the dispatcher is made, which picks its cache folder then
+        numba.config.CACHE_DIR = str(numba_cache_dir())
     try:
         return numba.njit(*signature, **options)(fn)
     except RuntimeError as exc:

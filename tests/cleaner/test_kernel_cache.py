@@ -169,6 +169,28 @@ def test_a_source_change_changes_the_fingerprint(tmp_path):
     assert compiled.fingerprint_of(compiled._package_root()) == before
 
 
+def test_a_build_removes_numba_caches_of_other_fingerprints_only(fresh, monkeypatch):
+    fake_root = fresh / "tree"
+    for package in ("segments", "offsetmap", "cleaner"):
+        (fake_root / package / "sub" / "__pycache__").mkdir(parents=True)
+        for name in ("m.py", "__pycache__/m.cpython-311.pyc", "sub/__pycache__/m.f-10.py311.nbi",
+                     "sub/__pycache__/m.f-10.py311.1.nbc"):
+            (fake_root / package / name).parent.mkdir(parents=True, exist_ok=True)
+            (fake_root / package / name).write_bytes(b"x")
+    monkeypatch.setattr(kernel_cache, "_package_root", lambda: fake_root)
+    current = compiled.numba_cache_dir()
+    other = compiled.numba_cache_dir("0" * 64)
+    unrelated = compiled.cache_dir() / "segments_3f2a"  # not ours to remove (numba's layout for another user)
+    for folder in (current, other, unrelated):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "k.nbi").write_bytes(b"x")
+    kernel_cache.remove_other_numba_caches(compiled.fingerprint())
+    assert current.exists() and unrelated.exists() and not other.exists()
+    left = sorted(p.relative_to(fake_root).as_posix() for p in fake_root.rglob("*") if p.is_file())
+    assert left == [f"{package}/{name}" for package in ("cleaner", "offsetmap", "segments")
+                    for name in ("__pycache__/m.cpython-311.pyc", "m.py")]
+
+
 def test_the_build_byte_compiles_the_packages_for_processes_that_may_not(tmp_path, monkeypatch):
     """`compile_bytecode` writes every module's byte code, so that an editable install run with
     PYTHONDONTWRITEBYTECODE=1 does not compile the sources in every process; a current one is kept."""
@@ -205,6 +227,8 @@ def test_the_first_clean_after_an_install_compiles_nothing_itself_and_the_next_l
     assert (cache / "logcleaner-kernels.stamp").read_text().strip() == fingerprint
     so_path = cache / compiled.aot_files(fingerprint)[0].name
     assert so_path.exists()
+    numba_dir = cache / (compiled.NUMBA_CACHE_PREFIX + fingerprint[:16])  # numba's cache: one folder per fingerprint
+    assert list(numba_dir.rglob("*.nbi"))
 
     probe = ("import sys; from cleaner.cli import main\ntry:\n    main(sys.argv[1:], standalone_mode=False)\n"
              "finally:\n    print('MODULES', ' '.join(sorted(sys.modules)))")

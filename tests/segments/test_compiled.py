@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,29 @@ def test_without_a_writable_cache_numba_compiles_without_one(monkeypatch, caplog
     kernel = compiled._numba_njit(add, (), {"cache": True, "nogil": True})
     assert kernel(2, 3) == 5
     assert "without a cache" in caplog.text
+
+
+def test_a_kernel_is_recompiled_when_a_helper_it_inlines_from_another_file_changes(tmp_path):
+    """numba stamps a cached kernel with its own file only; a helper inlined from another module (the recopy
+    kernels use the codec's header writer and the map's bitmap reader) would otherwise keep its old code in the
+    caller until the caller's file changed. numba's cache is keyed by the fingerprint of all three packages."""
+    tree = tmp_path / "tree"
+    for package in ("segments", "offsetmap", "cleaner"):
+        shutil.copytree(ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__"))
+    helper = tree / "offsetmap" / "_probe_helper.py"
+    caller = tree / "cleaner" / "_probe_caller.py"
+    helper_text = ("from segments.codec import compiled\n\n\n"
+                   "@compiled.njit(cache=True, nogil=True, inline='always')\n"
+                   "def helper(x):\n    return x + {}\n")
+    caller.write_text("from offsetmap._probe_helper import helper\nfrom segments.codec import compiled\n\n\n"
+                      "@compiled.njit(cache=True, nogil=True)\ndef caller(x):\n    return helper(x) * 10\n")
+    env = dict(os.environ, **{compiled.MODE_ENV: "jit"}, PYTHONPATH=str(tree),
+               NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    answers = []
+    for added in (1, 2):
+        helper.write_text(helper_text.format(added))
+        done = subprocess.run([sys.executable, "-c", "from cleaner._probe_caller import caller; print(caller(4))"],
+                              env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        answers.append(int(done.stdout))
+    assert answers == [50, 60]
