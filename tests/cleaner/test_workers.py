@@ -240,8 +240,8 @@ thread = threading.Thread(target=release.wait)
 thread.start()
 exec_d = WorkerProcess(fork=True)  # a thread runs: a new interpreter instead
 out["forked_beside_a_thread"] = exec_d.forked
+out["exec_d_value"] = exec_d.call(ECHO, {"value": 3})["value"]  # first: a worker that answers has exec'd
 out["exec_d_cmdline"] = cmdline(exec_d.pid).split(b"\\0")[1:3] == [b"-m", b"cleaner.workers"]
-out["exec_d_value"] = exec_d.call(ECHO, {"value": 3})["value"]
 exec_d.close()
 release.set()
 thread.join()
