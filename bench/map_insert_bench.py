@@ -9,9 +9,10 @@ each case `--repeats` times into a zeroed table (the first run of a case also pa
   of a denser or sparser region;
 * `--sorted`: the same, each window's entries first stably sorted by their first bucket (a pass that makes the
   table's accesses ascending), the sort's own time shown apart;
-* `--split`: two threads, each inserting its half of every window (split by the hash's lowest bit, on the calling
-  thread, timed apart) into its own half of a 2.1 M-slot table, against one thread into the whole table: what a
-  map split by hash would give the survey's inserts (issue 22: one large partition on several cores).
+* `--split`: the offset map itself in two parts filled on two threads (`OffsetMap.reset(parts=2)`,
+  `cleaner.indexing.PartThreads`: each thread inserts its part's keys of every window), against one part on one
+  thread, each window through `insert_hashes` with the superseded offsets' bitmap as the survey calls it (issue
+  22: one large partition on several cores).
 
 Usage: python bench/map_insert_bench.py [--slots 1120000,1333333,2097152] [--sorted] [--split] [--repeats 5]
 """
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -29,13 +29,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cleaner.indexing import PartThreads
+from offsetmap import OffsetMap
 from offsetmap._compiled import kernels
 from offsetmap.map import _allocate_table
 
 KEYS = 1_000_000
 ENTRIES = 8_000_000
 WINDOW = 70_000  # about a W2 window's records
-SPLIT_SLOTS = 2_097_152  # the region 1 M keys end in (a region doubles when half full)
+SPLIT_MAP_BYTES = 256 << 20  # bench/run.py's dedupe buffer
 _NO_BITS = np.empty(0, dtype=np.uint8)
 
 
@@ -49,7 +51,7 @@ def _entries(seed: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _insert(table: np.ndarray, slots: int, h1, h2, offsets, previous, size: int) -> int:
     choice = np.uint64(max(1, slots // 8))
-    _, size = kernels().insert_hashes(table, slots, choice, -(-slots // 8), h1, h2, offsets, size, 2**62, previous,
+    _, size = kernels().insert_hashes(table, slots, choice, -(-slots // 8), 1, h1, h2, offsets, size, 2**62, previous,
                                       _NO_BITS, 0)
     return int(size)
 
@@ -71,48 +73,18 @@ def one_thread(table, slots, h1, h2, offsets, previous, order_by_bucket: bool = 
     return time.perf_counter() - started, sorting, size
 
 
-def two_threads(table, h1, h2, offsets) -> tuple[float, float, int]:
-    """(seconds in all, of which splitting, keys) of two threads, each inserting its half of every window into its
-    half of the table; the window is split on the calling thread, and both halves go in before the next window."""
-    half = SPLIT_SLOTS // 2
-    table[: 3 * SPLIT_SLOTS].fill(0)
-    parts = [table[: 3 * half], table[3 * half: 6 * half]]
-    sizes = [0, 0]
-    jobs: list = [None, None]
-    go = [threading.Semaphore(0), threading.Semaphore(0)]
-    done = threading.Semaphore(0)
-
-    def worker(p: int) -> None:
-        while True:
-            go[p].acquire()
-            if jobs[p] is None:
-                return
-            sizes[p] = _insert(parts[p], half, *jobs[p], sizes[p])
-            done.release()
-
-    threads = [threading.Thread(target=worker, args=(p,), daemon=True) for p in (0, 1)]
-    for t in threads:
-        t.start()
-    splitting = 0.0
-    started = time.perf_counter()
-    for s in range(0, ENTRIES, WINDOW):
-        t = time.perf_counter()
-        a, b, o = h1[s:s + WINDOW], h2[s:s + WINDOW], offsets[s:s + WINDOW]
-        low = (b & np.uint64(1)).astype(bool)
-        for p, rows in enumerate((np.flatnonzero(~low), np.flatnonzero(low))):
-            jobs[p] = (a[rows], b[rows], o[rows], np.empty(len(rows), dtype=np.int64))
-        splitting += time.perf_counter() - t
-        go[0].release()
-        go[1].release()
-        done.acquire()
-        done.acquire()
-    elapsed = time.perf_counter() - started
-    for p in (0, 1):
-        jobs[p] = None
-        go[p].release()
-    for t in threads:
-        t.join()
-    return elapsed, splitting, sizes[0] + sizes[1]
+def in_parts(offset_map: OffsetMap, parts: int, h1, h2, offsets) -> tuple[float, int, int]:
+    """(seconds, keys, parts at the end) of `parts` threads filling the map in as many parts
+    (`OffsetMap.reset(parts=...)`, `cleaner.indexing.PartThreads`), every window through `insert_hashes` with the
+    bitmap of superseded offsets, as a round's survey fills it; one part is the one-thread insert."""
+    bits = np.zeros(ENTRIES // 8, dtype=np.uint8)
+    offset_map.reset(1, expected_keys=ENTRIES, parts=parts)
+    with PartThreads(parts - 1) as run:
+        started = time.perf_counter()
+        for s in range(0, ENTRIES, WINDOW):
+            offset_map.insert_hashes(h1[s:s + WINDOW], h2[s:s + WINDOW], offsets[s:s + WINDOW],
+                                     superseded=(bits, 0), run=run)
+        return time.perf_counter() - started, offset_map.size, offset_map.parts
 
 
 def main() -> None:
@@ -125,7 +97,7 @@ def main() -> None:
     h1, h2, offsets = _entries()
     previous = np.empty(ENTRIES, dtype=np.int64)
     sizes = [int(s) for s in args.slots.split(",") if s]
-    _, table = _allocate_table(max([*sizes, SPLIT_SLOTS]))
+    _, table = _allocate_table(max(sizes))
     print(f"{ENTRIES:,} entries of {KEYS:,} keys in windows of {WINDOW:,}; median of {args.repeats} (min-max), ns an entry")
     for slots in sizes:
         runs = [one_thread(table, slots, h1, h2, offsets, previous) for _ in range(args.repeats)]
@@ -139,18 +111,16 @@ def main() -> None:
             print(f"  sorted by first bucket: {statistics.median(ns):.1f} ns ({min(ns):.1f}-{max(ns):.1f}), "
                   f"of which the sort {sort_ns:.1f}")
     if args.split:
-        ones, twos, splits = [], [], []
+        offset_map = OffsetMap(SPLIT_MAP_BYTES)
+        runs: dict[int, list[float]] = {1: [], 2: []}
         for _ in range(args.repeats):
-            ones.append(one_thread(table, SPLIT_SLOTS, h1, h2, offsets, previous)[0])
-            elapsed, splitting, keys = two_threads(table, h1, h2, offsets)
-            assert keys == one_thread(table, SPLIT_SLOTS, h1, h2, offsets, previous)[2], "the halves lost keys"
-            twos.append(elapsed)
-            splits.append(splitting)
-        one, two, split = statistics.median(ones), statistics.median(twos), statistics.median(splits)
-        print(f"split by hash, {SPLIT_SLOTS:,} slots: one thread {one:.3f} s, two threads {two:.3f} s "
-              f"({one / two:.2f}x), of which the split on the calling thread {split:.3f} s "
-              f"(without it {one / (two - split):.2f}x)")
-
+            for parts in (1, 2):  # interleaved: the machine's drift falls on both
+                elapsed, keys, held = in_parts(offset_map, parts, h1, h2, offsets)
+                assert keys == len(np.unique(h1)) and held == parts, "the map lost keys or its parts"
+                runs[parts].append(elapsed)
+        one, two = statistics.median(runs[1]), statistics.median(runs[2])
+        print(f"the map in parts ({SPLIT_MAP_BYTES >> 20} MiB, growing regions): one thread {one:.3f} s, two threads "
+              f"in two parts {two:.3f} s ({one / two:.2f}x)")
 
 if __name__ == "__main__":
     main()

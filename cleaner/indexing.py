@@ -25,9 +25,10 @@ ends) and the section is read once, not twice.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -41,7 +42,7 @@ from segments.partition.log import PartitionLog
 
 from .survey import WINDOW_BYTES, LogSurvey
 
-__all__ = ["IndexAhead", "IndexResult", "SupersededOffsets", "build_offset_map"]
+__all__ = ["IndexAhead", "IndexResult", "PartThreads", "SupersededOffsets", "build_offset_map"]
 
 _NONE = np.empty(0, dtype=np.int64)  # no record selected
 _NO_BATCHES = np.empty(0, dtype=np.bool_)  # no batch is aborted
@@ -104,11 +105,46 @@ def _window_keys(result, aborted: np.ndarray | None, first_dirty: int, first_unc
     return offsets[:count], h1, h2
 
 
+class PartThreads:
+    """The threads that fill the parts of a round's offset map at once (`OffsetMap.reset(..., parts=...)`,
+    `insert_hashes(run=...)`): a window's calls for all parts but the first go to `helpers` threads, the first
+    runs on the calling thread, and every call has returned before the results are given back (a kernel still
+    writing the table must not outlive the insert). With no helpers, or once closed, the calls run one after
+    another on the calling thread. A context manager: the threads end with it."""
+
+    def __init__(self, helpers: int) -> None:
+        self.parts = max(helpers, 0) + 1
+        self._pool = (concurrent.futures.ThreadPoolExecutor(helpers, thread_name_prefix="logcleaner-map-part")
+                      if helpers > 0 else None)
+
+    def __enter__(self) -> PartThreads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __call__(self, calls: Sequence[Callable[[], tuple[int, int]]]) -> list[tuple[int, int]]:
+        pool = self._pool
+        if pool is None or len(calls) < 2:
+            return [call() for call in calls]
+        futures = [pool.submit(call) for call in calls[1:]]
+        try:
+            first = calls[0]()
+        finally:
+            concurrent.futures.wait(futures)
+        return [first, *(future.result() for future in futures)]
+
+
 class _MapFiller:
     """Inserting a dirty section's windows into the map, in offset order: the rules of `build_offset_map`
-    whichever pass reads the windows (the index phase's own, or the survey's, `IndexAhead`)."""
+    whichever pass reads the windows (the index phase's own, or the survey's, `IndexAhead`); a map split into
+    parts is filled on `parts`' threads."""
 
-    def __init__(self, offset_map: OffsetMap, first_dirty: int, first_uncleanable: int) -> None:
+    def __init__(self, offset_map: OffsetMap, first_dirty: int, first_uncleanable: int,
+                 parts: PartThreads | None = None) -> None:
+        self.parts = parts
         self.map = offset_map
         self.first_dirty = first_dirty
         self.first_uncleanable = first_uncleanable
@@ -131,7 +167,8 @@ class _MapFiller:
         window's records may come in several calls: the map ends the same."""
         if len(offsets):
             # the offsets these records supersede are marked by the map as it replaces them
-            consumed = self.map.insert_hashes(h1, h2, offsets, superseded=(self.superseded.bits, self.superseded.start))
+            consumed = self.map.insert_hashes(h1, h2, offsets, superseded=(self.superseded.bits, self.superseded.start),
+                                              run=self.parts)
             self.records_indexed += consumed
             if consumed < len(offsets):
                 self.map_full = True
@@ -195,16 +232,17 @@ def build_offset_map(
     on_bytes: Callable[[int, str], None] = lambda n, direction: None,
     ring: WindowRing | None = None,
     charge_io: Callable[[int], None] | None = None,
+    parts: PartThreads | None = None,
 ) -> IndexResult:
     """Fill `offset_map` (cleared by the caller) from the dirty section; see the module docstring.
 
     `check_abort` is called at each window (it raises to abort the round); `on_bytes(n, "read")` is told the
     bytes read, after each window; `charge_io(n)` is called before each read of n bytes, on the read-ahead
     thread (the I/O throttle; it may raise to abort); `ring` holds the read buffers (a new one if None). Raises
-    `CorruptRecordError` naming the file and position.
+    `CorruptRecordError` naming the file and position. A map split into parts is filled on `parts`' threads.
     """
     started = time.monotonic()
-    filler = _MapFiller(offset_map, first_dirty, first_uncleanable)
+    filler = _MapFiller(offset_map, first_dirty, first_uncleanable, parts)
     next_offsets = {s.base_offset: s.next_offset for s in survey.segments}  # from the headers, not the indexes
     segments = [s for s in log.segments if s.base_offset < first_uncleanable and next_offsets[s.base_offset] > first_dirty]
     ring = ring if ring is not None else WindowRing(WINDOW_BYTES)
@@ -269,11 +307,12 @@ class IndexAhead:
     The read-ahead thread only reads this object's flags; the round's thread sets them.
     """
 
-    def __init__(self, offset_map: OffsetMap, segments, first_dirty: int, end: int) -> None:
+    def __init__(self, offset_map: OffsetMap, segments, first_dirty: int, end: int,
+                 parts: PartThreads | None = None) -> None:
         self.first_dirty = first_dirty
         self.end = end
         self._bases = [s.base_offset for s in segments]
-        self._filler = _MapFiller(offset_map, first_dirty, end)
+        self._filler = _MapFiller(offset_map, first_dirty, end, parts)
         self._seed = offset_map.seed
         self.alive = True  # False once abandoned: the index phase runs after the survey
         self._stopped = False  # the map filled: later windows are surveyed by their headers only

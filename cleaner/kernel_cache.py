@@ -237,6 +237,7 @@ def _warm_up() -> None:
     from segments.files.readahead import WindowRing
     from segments.partition.log import PartitionLog
 
+    from .indexing import PartThreads
     from .round import clean_round
     from .settings import Settings
     from .survey import WINDOW_BYTES
@@ -253,6 +254,11 @@ def _warm_up() -> None:
     grown.reset(7, expected_keys=200_000)
     keys = np.arange(1, 50_001, dtype=np.uint64)
     grown.insert_hashes(keys * np.uint64(0x9E37_79B9_7F4A_7C15), keys, np.arange(50_000, dtype=np.int64))
+    split = OffsetMap(1 << 24)  # a map in parts filled on two threads, as a round with a spare core fills it
+    split.reset(7, expected_keys=200_000, parts=2)
+    with PartThreads(1) as parts:
+        split.insert_hashes(keys * np.uint64(0x9E37_79B9_7F4A_7C15), keys, np.arange(50_000, dtype=np.int64),
+                            superseded=(np.zeros(8_000, dtype=np.uint8), 0), run=parts)
     chosen = _crc_kernels.variant()
     for name in _crc_kernels.VARIANTS:  # the variant not chosen here is chosen by LOGCLEANER_CRC32C
         try:

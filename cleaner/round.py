@@ -44,7 +44,7 @@ from .cleanable import CleanableRange, cleanable_range, segment_floor
 from .errors import CleanerError
 from .generations import GenerationPlan, load_starts, plan_round, save_starts
 from .group_runs import recopy_groups
-from .indexing import IndexAhead, build_offset_map
+from .indexing import IndexAhead, PartThreads, build_offset_map
 from .recopy import RecopyContext, RecopyStats, group_segments
 from .safety import check_group
 from .settings import TopicSettings
@@ -186,47 +186,53 @@ def clean_round(
     # segments of the survey, whose windows this thread takes in order (the one it keeps busy: two threads survey
     # as one does, their read-ahead thread and this one; a third read-ahead thread measured slower there).
     more_rings = tuple(WindowRing(WINDOW_BYTES) for _ in range(recopy_threads - 1))
-    ahead = None
-    if forced_from is None and forced_to is None:
-        ahead = _index_ahead(log_, topic, offset_map, map_seed, checkpoint, high_watermark)
-    survey = survey_log(log_, ring, charge_io=charge_io, on_bytes=on_bytes, index_ahead=ahead, memo=survey_memo,
-                        more_rings=more_rings[1:])
-    survey_s = time.monotonic() - started
-    faults.hit("round.after_survey")
-    facts = survey.facts(high_watermark)
-    rng = cleanable_range(
-        facts,
-        topic,
-        log_start_offset=log_.log_start_offset,
-        now_ms=now_ms,
-        checkpoint=checkpoint,
-        forced_from=forced_from,
-        forced_to=forced_to,
-    )
-    if rng.checkpoint_was_reset and not dry_run:
-        log.warning(
-            "resetting first dirty offset of %s-%d to log start offset %d since the checkpointed offset %s is invalid",
-            log_.topic, log_.partition, rng.log_start_offset, checkpoint,
+    # From four cores on, half of them fill the offset map, split into as many parts (`PartThreads`), and the other
+    # half read ahead: one thread's inserts bound the survey of small records otherwise. Below that the cores
+    # are busy reading ahead and inserting already: a split measured slower on two (docs/design.md, "One large
+    # partition on several cores").
+    part_count = max(1, recopy_threads // 2)
+    with PartThreads(part_count - 1) as parts:
+        ahead = None
+        if forced_from is None and forced_to is None:
+            ahead = _index_ahead(log_, topic, offset_map, map_seed, checkpoint, high_watermark, parts)
+        survey = survey_log(log_, ring, charge_io=charge_io, on_bytes=on_bytes, index_ahead=ahead, memo=survey_memo,
+                            more_rings=more_rings[part_count:])
+        survey_s = time.monotonic() - started
+        faults.hit("round.after_survey")
+        facts = survey.facts(high_watermark)
+        rng = cleanable_range(
+            facts,
+            topic,
+            log_start_offset=log_.log_start_offset,
+            now_ms=now_ms,
+            checkpoint=checkpoint,
+            forced_from=forced_from,
+            forced_to=forced_to,
         )
-        log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, rng.first_dirty)
-    # Horizons stamped by earlier passes, as the survey sees them, in the segments a pass recopies: the rule the
-    # daemon's selection applies to the same facts read without a survey (`cleaner.manager`).
-    if horizon_pass and rng.horizon_passed(now_ms):
-        force_recopy = True  # a kept tombstone's or marker's horizon has passed: recopy the clean section too
-    if rng.empty and not (force_recopy and rng.first_dirty > rng.log_start_offset):
-        return _result(log_, rng, None, None, RecopyStats(), dry_run, size_before, survey_s, 0.0, started, offset_map,
-                       survey.bytes_read, None, left_horizon_ms=rng.kept_delete_horizon_ms)
-    generations = _plan_generations(log_, survey, topic, rng, offset_map, force_recopy) if forced_from is None else None
-    map_from = generations.map_from if generations is not None else rng.first_dirty
-    recopy_from = generations.recopy_from if generations is not None else rng.log_start_offset
-    index = ahead.result(rng.first_dirty, rng.first_uncleanable, map_from) if ahead is not None else None
-    if index is None:  # not indexed in the survey's pass: the index phase reads the section again
-        # The indexed section's offset span bounds its keys: a small section probes (and touches) a small table.
-        offset_map.reset(map_seed, expected_keys=rng.first_uncleanable - map_from)
-        index = build_offset_map(
-            log_, survey, offset_map, map_from, rng.first_uncleanable, check_abort=check_abort, on_bytes=on_bytes,
-            ring=ring, charge_io=charge_io,
-        )
+        if rng.checkpoint_was_reset and not dry_run:
+            log.warning(
+                "resetting first dirty offset of %s-%d to log start offset %d since the checkpointed offset %s is invalid",
+                log_.topic, log_.partition, rng.log_start_offset, checkpoint,
+            )
+            log_.write_log_dir_checkpoint(CLEANER_OFFSET_CHECKPOINT, rng.first_dirty)
+        # Horizons stamped by earlier passes, as the survey sees them, in the segments a pass recopies: the rule the
+        # daemon's selection applies to the same facts read without a survey (`cleaner.manager`).
+        if horizon_pass and rng.horizon_passed(now_ms):
+            force_recopy = True  # a kept tombstone's or marker's horizon has passed: recopy the clean section too
+        if rng.empty and not (force_recopy and rng.first_dirty > rng.log_start_offset):
+            return _result(log_, rng, None, None, RecopyStats(), dry_run, size_before, survey_s, 0.0, started, offset_map,
+                           survey.bytes_read, None, left_horizon_ms=rng.kept_delete_horizon_ms)
+        generations = _plan_generations(log_, survey, topic, rng, offset_map, force_recopy) if forced_from is None else None
+        map_from = generations.map_from if generations is not None else rng.first_dirty
+        recopy_from = generations.recopy_from if generations is not None else rng.log_start_offset
+        index = ahead.result(rng.first_dirty, rng.first_uncleanable, map_from) if ahead is not None else None
+        if index is None:  # not indexed in the survey's pass: the index phase reads the section again
+            # The indexed section's offset span bounds its keys: a small section probes (and touches) a small table.
+            offset_map.reset(map_seed, expected_keys=rng.first_uncleanable - map_from, parts=parts.parts)
+            index = build_offset_map(
+                log_, survey, offset_map, map_from, rng.first_uncleanable, check_abort=check_abort, on_bytes=on_bytes,
+                ring=ring, charge_io=charge_io, parts=parts,
+            )
     faults.hit("round.after_index")
     segments = log_.segments
     clean_section = [s for s in segments if s.base_offset < rng.first_dirty]
@@ -300,7 +306,7 @@ def clean_round(
 
 
 def _index_ahead(log_: PartitionLog, topic: TopicSettings, offset_map: OffsetMap, seed: int, checkpoint: int | None,
-                 high_watermark: int | None) -> IndexAhead | None:
+                 high_watermark: int | None, parts: PartThreads) -> IndexAhead | None:
     """The map filled in the survey's pass (`IndexAhead`), with the map reset for it, when the dirty section's
     bounds can be foreseen from the checkpoint, the active segment and the high watermark: not for a
     generational round (it may index below the first dirty offset) nor with `min.compaction.lag.ms` (its
@@ -313,8 +319,8 @@ def _index_ahead(log_: PartitionLog, topic: TopicSettings, offset_map: OffsetMap
     end = segment_floor([s.base_offset for s in segments], limit, log_.log_start_offset)
     if end <= first_dirty:
         return None
-    offset_map.reset(seed, expected_keys=end - first_dirty)
-    return IndexAhead(offset_map, segments, first_dirty, end)
+    offset_map.reset(seed, expected_keys=end - first_dirty, parts=parts.parts)
+    return IndexAhead(offset_map, segments, first_dirty, end, parts)
 
 
 def _plan_generations(log_: PartitionLog, survey, topic: TopicSettings, rng: CleanableRange,

@@ -9,8 +9,9 @@ call), do I/O, log, or validate arguments (`map.py` and `hashing.py` do that bef
 kernels trust their inputs and numba does not bounds-check).
 
 Every kernel is `@compiled.njit(cache=True, nogil=True)`, and all compiled code of the map stays in this one
-file: numba's on-disk cache checks only the source file of the function it caches, so a kernel inlining a
-helper from another module could keep running a stale hash function, which means silent data loss.
+file: numba's on-disk cache checks only the source file of the function it caches, and a stale hash function
+means silent data loss (the cache is also one folder per fingerprint of the sources: `compiled.numba_cache_dir`).
+A table may be probed in parts (`part_of`), which `insert_part` fills one a thread (`map.py`, "Parts").
 The table layout, the two-choice bucket probing (what a caller sees is only put/get semantics, Kafka's),
 hashing in place, prefetching, and why numba: see docs/design.md, "The table and its kernels".
 """
@@ -37,11 +38,13 @@ __all__ = [
     "hash_rows",
     "hash_spans",
     "insert_hashes",
+    "insert_part",
     "insert_spans",
     "lookup_hashes",
     "lookup_spans",
     "mark_offset",
     "offset_marked",
+    "part_of",
     "put_one",
     "rehash",
 ]
@@ -82,6 +85,7 @@ _S37 = np.uint64(37)
 _S40 = np.uint64(40)
 _S48 = np.uint64(48)
 _S56 = np.uint64(56)
+_LOW32 = np.uint64(0xFFFF_FFFF)
 
 
 # ------------------------------------------------------------------------------------------------ prefetch
@@ -109,6 +113,28 @@ def _prefetch(typingctx, array, index):
         # The typed-pointer name; LLVM >= 15 (opaque pointers) auto-upgrades it to llvm.prefetch.p0.
         function = cgutils.get_or_insert_function(builder.module, function_type, "llvm.prefetch.p0i8")
         builder.call(function, [address, i32(0), i32(3), i32(1)])  # read, locality 3, data cache
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@compiled.intrinsic
+def _atomic_or_u8(typingctx, array, index, value):
+    """`array[index] |= value` as one atomic read-modify-write (a uint8 array that other threads also write)."""
+    from numba import types
+    from numba.core import cgutils
+
+    if not isinstance(array, types.Array) or array.dtype != types.uint8 or not isinstance(index, types.Integer):
+        return None
+    signature = types.void(array, index, value)
+
+    def codegen(context, builder, sig, args):
+        array_type, index_type, value_type = sig.args
+        array_struct = context.make_array(array_type)(context, builder, args[0])
+        index_value = context.cast(builder, args[1], index_type, types.intp)
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array_struct, [index_value])
+        byte = context.cast(builder, args[2], value_type, types.uint8)
+        builder.atomic_rmw("or", pointer, byte, "monotonic")
         return context.get_dummy_value()
 
     return signature, codegen
@@ -302,6 +328,13 @@ def _bucket_of(hash_word, buckets_choice):
 
 
 @compiled.njit(inline="always")
+def part_of(b, parts):
+    """The part (0 <= part < parts) of the table a key of second hash word `b` lives in: Lemire's reduction of
+    b's low 32 bits, which no bucket choice uses (those take the high 32 bits of each word). 0 for one part."""
+    return np.int64(((b & _LOW32) * np.uint64(parts)) >> _S32)
+
+
+@compiled.njit(inline="always")
 def _prefetch_bucket(table, bucket, lines):
     # The first `lines` (2 or 3) lines of the bucket. The index is clamped so the short tail bucket never forms an
     # address past the table.
@@ -314,9 +347,10 @@ def _prefetch_bucket(table, bucket, lines):
 
 
 @compiled.njit(inline="always")
-def _prefetch_key(table, buckets_choice, a, b, lines):
-    _prefetch_bucket(table, _bucket_of(a, buckets_choice), lines)
-    _prefetch_bucket(table, _bucket_of(b, buckets_choice), lines)
+def _prefetch_key(table, buckets_choice, buckets_all, parts, a, b, lines):
+    base = part_of(b, parts) * buckets_all
+    _prefetch_bucket(table, base + _bucket_of(a, buckets_choice), lines)
+    _prefetch_bucket(table, base + _bucket_of(b, buckets_choice), lines)
 
 
 @compiled.njit(inline="always")
@@ -345,10 +379,15 @@ def _scan_bucket(table, slots, bucket, a, b):
 
 
 @compiled.njit(inline="always")
-def _find(table, slots, buckets_choice, buckets_all, a, b):
-    """(slot of key, -1) if present, else (-1, slot where a new key goes), or (-1, -1) if no slot is free."""
-    b1 = _bucket_of(a, buckets_choice)
-    b2 = _bucket_of(b, buckets_choice)  # may equal b1; scanning it twice is harmless
+def _find(table, slots, buckets_choice, buckets_all, parts, a, b):
+    """(slot of key, -1) if present, else (-1, slot where a new key goes), or (-1, -1) if no slot is free.
+
+    The probed slots are `parts` parts of `buckets_all` buckets each (one part: the whole table, as Kafka's); a
+    key lives in part `part_of(b, parts)`, in one of two buckets of its part's first `buckets_choice`, overflowing
+    into the next buckets of its part only."""
+    base = part_of(b, parts) * buckets_all
+    b1 = base + _bucket_of(a, buckets_choice)
+    b2 = base + _bucket_of(b, buckets_choice)  # may equal b1; scanning it twice is harmless
     found, empty1 = _scan_bucket(table, slots, b1, a, b)
     if found >= 0:
         return found, -1
@@ -361,10 +400,11 @@ def _find(table, slots, buckets_choice, buckets_all, a, b):
         return -1, empty2
     # Both candidate buckets are full (they stay full: nothing is deleted): follow the overflow chain.
     bucket = b1
+    end = base + buckets_all
     for _ in range(buckets_all - 1):
         bucket += 1
-        if bucket == buckets_all:
-            bucket = 0
+        if bucket == end:
+            bucket = base
         found, empty = _scan_bucket(table, slots, bucket, a, b)
         if found >= 0:
             return found, -1
@@ -382,8 +422,8 @@ def _store(table, slot, a, b, offset_word):
 
 
 @compiled.njit(inline="always")
-def _lookup_one(table, slots, buckets_choice, buckets_all, a, b):
-    found, _ = _find(table, slots, buckets_choice, buckets_all, a, b)
+def _lookup_one(table, slots, buckets_choice, buckets_all, parts, a, b):
+    found, _ = _find(table, slots, buckets_choice, buckets_all, parts, a, b)
     if found < 0:
         return np.int64(-1)
     return np.int64(table[found * WORDS_PER_SLOT + 2] - _ONE)
@@ -394,9 +434,9 @@ def _lookup_one(table, slots, buckets_choice, buckets_all, a, b):
 
 
 @compiled.njit(cache=True, nogil=True)
-def put_one(table, slots, buckets_choice, buckets_all, a, b, offset, size, capacity):
+def put_one(table, slots, buckets_choice, buckets_all, parts, a, b, offset, size, capacity):
     """Insert or overwrite one hash; returns (status, new size)."""
-    found, free = _find(table, slots, buckets_choice, buckets_all, a, b)
+    found, free = _find(table, slots, buckets_choice, buckets_all, parts, a, b)
     if found >= 0:
         table[found * WORDS_PER_SLOT + 2] = np.uint64(offset) + _ONE
         return STATUS_UPDATED, size
@@ -407,19 +447,23 @@ def put_one(table, slots, buckets_choice, buckets_all, a, b, offset, size, capac
 
 
 @compiled.njit(cache=True, nogil=True)
-def get_one(table, slots, buckets_choice, buckets_all, a, b):
+def get_one(table, slots, buckets_choice, buckets_all, parts, a, b):
     """Offset stored for one hash, or -1."""
-    return _lookup_one(table, slots, buckets_choice, buckets_all, a, b)
+    return _lookup_one(table, slots, buckets_choice, buckets_all, parts, a, b)
 
 
 @compiled.njit(inline="always")
-def mark_offset(bits, start, offset):
+def mark_offset(bits, start, offset, shared):
     """Set `offset`'s bit in the bitmap `bits` of the offsets [start, start + 8 * bits.size) (bit `d & 7` of byte
-    `d >> 3`, d = offset - start); an offset outside it is ignored. The one home of that layout: the index
-    phase's bitmap of superseded offsets (`cleaner.indexing.SupersededOffsets`) is read with `offset_marked`."""
+    `d >> 3`, d = offset - start); an offset outside it is ignored; `shared`: with an atomic OR, for a bitmap
+    other threads mark at the same time. The one home of that layout: the index phase's bitmap of superseded
+    offsets (`cleaner.indexing.SupersededOffsets`) is read with `offset_marked`."""
     d = offset - start
     if 0 <= d < 8 * bits.size:
-        bits[d >> 3] |= np.uint8(1 << (d & 7))
+        if shared:
+            _atomic_or_u8(bits, d >> 3, np.uint8(1 << (d & 7)))
+        else:
+            bits[d >> 3] |= np.uint8(1 << (d & 7))
 
 
 @compiled.njit(inline="always")
@@ -432,7 +476,7 @@ def offset_marked(bits, start, offset):
 
 
 @compiled.njit(cache=True, nogil=True)
-def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, size, capacity, previous, bits,
+def insert_hashes(table, slots, buckets_choice, buckets_all, parts, h1, h2, offsets, size, capacity, previous, bits,
                   bits_start):
     """Insert entries in order until one new key does not fit; returns (entries consumed, new size).
 
@@ -445,21 +489,21 @@ def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, si
     marking = bits.size > 0
     lines = _prefetch_lines(size, slots)
     for j in range(min(n, PREFETCH_DISTANCE)):
-        _prefetch_key(table, buckets_choice, h1[j], h2[j], lines)
+        _prefetch_key(table, buckets_choice, buckets_all, parts, h1[j], h2[j], lines)
     for i in range(n):
         j = i + PREFETCH_DISTANCE
         if j < n:
-            _prefetch_key(table, buckets_choice, h1[j], h2[j], lines)
+            _prefetch_key(table, buckets_choice, buckets_all, parts, h1[j], h2[j], lines)
         a = h1[i]
         b = h2[i]
-        found, free = _find(table, slots, buckets_choice, buckets_all, a, b)
+        found, free = _find(table, slots, buckets_choice, buckets_all, parts, a, b)
         if found >= 0:
             word = found * WORDS_PER_SLOT + 2
             replaced = np.int64(table[word] - _ONE)
             if track:
                 previous[i] = replaced
             if marking:
-                mark_offset(bits, bits_start, replaced)
+                mark_offset(bits, bits_start, replaced, False)
             table[word] = np.uint64(offsets[i]) + _ONE
             continue
         if size >= capacity or free < 0:
@@ -472,10 +516,55 @@ def insert_hashes(table, slots, buckets_choice, buckets_all, h1, h2, offsets, si
 
 
 @compiled.njit(cache=True, nogil=True)
-def rehash(table, old_slots, new_slots, buckets_choice, buckets_all, scratch):
+def insert_part(table, slots, buckets_choice, buckets_all, parts, select_parts, part, h1, h2, offsets, start, size,
+                room, previous, bits, bits_start):
+    """Insert in order the entries from `start` whose key is in part `part` of `select_parts` (`part_of`), until a
+    new key would be the `room + 1`-th this call adds; returns (the entry it stopped at, or h1.size; keys added).
+
+    As `insert_hashes` for those entries (`size`, the keys in the table, only chooses the prefetch). Other threads
+    may insert the other parts' entries at the same time: with the table in `select_parts` parts, a call writes
+    only its own part's slots, previous[i] of its own entries, and `bits` with atomic ORs."""
+    n = h1.size
+    track = previous.size > 0
+    marking = bits.size > 0
+    ahead = PREFETCH_DISTANCE * select_parts  # about PREFETCH_DISTANCE of this part's entries ahead
+    lines = _prefetch_lines(size, slots)
+    for j in range(start, min(n, start + ahead)):
+        if part_of(h2[j], select_parts) == part:
+            _prefetch_key(table, buckets_choice, buckets_all, parts, h1[j], h2[j], lines)
+    added = 0
+    for i in range(start, n):
+        j = i + ahead
+        if j < n and part_of(h2[j], select_parts) == part:
+            _prefetch_key(table, buckets_choice, buckets_all, parts, h1[j], h2[j], lines)
+        b = h2[i]
+        if part_of(b, select_parts) != part:
+            continue
+        a = h1[i]
+        found, free = _find(table, slots, buckets_choice, buckets_all, parts, a, b)
+        if found >= 0:
+            word = found * WORDS_PER_SLOT + 2
+            replaced = np.int64(table[word] - _ONE)
+            if track:
+                previous[i] = replaced
+            if marking:
+                mark_offset(bits, bits_start, replaced, True)
+            table[word] = np.uint64(offsets[i]) + _ONE
+            continue
+        if added >= room or free < 0:
+            return i, added
+        if track:
+            previous[i] = -1
+        _store(table, free, a, b, np.uint64(offsets[i]) + _ONE)
+        added += 1
+    return n, added
+
+
+@compiled.njit(cache=True, nogil=True)
+def rehash(table, old_slots, new_slots, buckets_choice, buckets_all, parts, scratch):
     """Move the entries of the first `old_slots` slots into the first `new_slots` (more) slots, each placed as an
-    insert places it under the new bucket count; returns how many moved (-1 if one found no slot, which an
-    old part at most half full cannot cause). The entries pass through `scratch` (3 words an entry, room for
+    insert places it under the new geometry (`parts` parts of `buckets_all` buckets); returns how many moved (-1 if
+    one found no slot, which an old part at most half full cannot cause). The entries pass through `scratch` (3 words an entry, room for
     every entry of the old part; outside the first `new_slots` slots), which is zero again at the end."""
     n = 0
     for slot in range(old_slots):
@@ -491,15 +580,16 @@ def rehash(table, old_slots, new_slots, buckets_choice, buckets_all, scratch):
     moved = n
     lines = _prefetch_lines(n, new_slots)
     for j in range(min(n, PREFETCH_DISTANCE)):
-        _prefetch_key(active, buckets_choice, scratch[j * WORDS_PER_SLOT], scratch[j * WORDS_PER_SLOT + 1], lines)
+        _prefetch_key(active, buckets_choice, buckets_all, parts, scratch[j * WORDS_PER_SLOT],
+                      scratch[j * WORDS_PER_SLOT + 1], lines)
     for i in range(n):
         j = (i + PREFETCH_DISTANCE) * WORDS_PER_SLOT
         if j < n * WORDS_PER_SLOT:
-            _prefetch_key(active, buckets_choice, scratch[j], scratch[j + 1], lines)
+            _prefetch_key(active, buckets_choice, buckets_all, parts, scratch[j], scratch[j + 1], lines)
         word = i * WORDS_PER_SLOT
         a = scratch[word]
         b = scratch[word + 1]
-        _, free = _find(active, new_slots, buckets_choice, buckets_all, a, b)
+        _, free = _find(active, new_slots, buckets_choice, buckets_all, parts, a, b)
         if free < 0:
             moved = -1
             break
@@ -509,17 +599,17 @@ def rehash(table, old_slots, new_slots, buckets_choice, buckets_all, scratch):
 
 
 @compiled.njit(cache=True, nogil=True)
-def lookup_hashes(table, slots, buckets_choice, buckets_all, h1, h2, out):
+def lookup_hashes(table, slots, buckets_choice, buckets_all, parts, h1, h2, out):
     """out[i] = offset stored for (h1[i], h2[i]) or -1."""
     n = h1.size
     lines = 3  # the fill is not known here
     for j in range(min(n, PREFETCH_DISTANCE)):
-        _prefetch_key(table, buckets_choice, h1[j], h2[j], lines)
+        _prefetch_key(table, buckets_choice, buckets_all, parts, h1[j], h2[j], lines)
     for i in range(n):
         j = i + PREFETCH_DISTANCE
         if j < n:
-            _prefetch_key(table, buckets_choice, h1[j], h2[j], lines)
-        out[i] = _lookup_one(table, slots, buckets_choice, buckets_all, h1[i], h2[i])
+            _prefetch_key(table, buckets_choice, buckets_all, parts, h1[j], h2[j], lines)
+        out[i] = _lookup_one(table, slots, buckets_choice, buckets_all, parts, h1[i], h2[i])
 
 
 @compiled.njit(inline="always")
@@ -532,7 +622,7 @@ def _hash_span(buf, key_pos, key_len, seed_word, i):
 
 @compiled.njit(cache=True, nogil=True)
 def insert_spans(
-    table, slots, buckets_choice, buckets_all, buf, key_pos, key_len, offsets, seed_word, size, capacity
+    table, slots, buckets_choice, buckets_all, parts, buf, key_pos, key_len, offsets, seed_word, size, capacity
 ):
     """Hash keys in place and insert them; null keys (length -1) are skipped but consumed.
 
@@ -549,7 +639,7 @@ def insert_spans(
         ring_h1[j] = a
         ring_h2[j] = b
         if key_len[j] >= 0:
-            _prefetch_key(table, buckets_choice, a, b, lines)
+            _prefetch_key(table, buckets_choice, buckets_all, parts, a, b, lines)
     for i in range(n):
         r = i % PREFETCH_DISTANCE
         a = ring_h1[r]
@@ -560,10 +650,10 @@ def insert_spans(
             ring_h1[r] = a_next
             ring_h2[r] = b_next
             if key_len[j] >= 0:
-                _prefetch_key(table, buckets_choice, a_next, b_next, lines)
+                _prefetch_key(table, buckets_choice, buckets_all, parts, a_next, b_next, lines)
         if key_len[i] < 0:
             continue
-        found, free = _find(table, slots, buckets_choice, buckets_all, a, b)
+        found, free = _find(table, slots, buckets_choice, buckets_all, parts, a, b)
         if found >= 0:
             table[found * WORDS_PER_SLOT + 2] = np.uint64(offsets[i]) + _ONE
             continue
@@ -575,7 +665,7 @@ def insert_spans(
 
 
 @compiled.njit(cache=True, nogil=True)
-def lookup_spans(table, slots, buckets_choice, buckets_all, buf, key_pos, key_len, seed_word, out):
+def lookup_spans(table, slots, buckets_choice, buckets_all, parts, buf, key_pos, key_len, seed_word, out):
     """out[i] = offset stored for the key at span i, or -1 (always -1 for a null key); pipelined as insert_spans."""
     n = key_pos.size
     lines = 3  # the fill is not known here
@@ -586,7 +676,7 @@ def lookup_spans(table, slots, buckets_choice, buckets_all, buf, key_pos, key_le
         ring_h1[j] = a
         ring_h2[j] = b
         if key_len[j] >= 0:
-            _prefetch_key(table, buckets_choice, a, b, lines)
+            _prefetch_key(table, buckets_choice, buckets_all, parts, a, b, lines)
     for i in range(n):
         r = i % PREFETCH_DISTANCE
         a = ring_h1[r]
@@ -597,8 +687,8 @@ def lookup_spans(table, slots, buckets_choice, buckets_all, buf, key_pos, key_le
             ring_h1[r] = a_next
             ring_h2[r] = b_next
             if key_len[j] >= 0:
-                _prefetch_key(table, buckets_choice, a_next, b_next, lines)
+                _prefetch_key(table, buckets_choice, buckets_all, parts, a_next, b_next, lines)
         if key_len[i] < 0:
             out[i] = -1
         else:
-            out[i] = _lookup_one(table, slots, buckets_choice, buckets_all, a, b)
+            out[i] = _lookup_one(table, slots, buckets_choice, buckets_all, parts, a, b)

@@ -54,6 +54,16 @@ becomes the whole part at once. A growth's memory (the old region and the passag
 table) stays under the table's size, so a round never holds more than probing the whole part made it hold. The
 fill limit is always the active part's: which keys a round admits, and where it stops, do not depend on the
 region, only where the keys sit in the table does.
+Parts: with `reset(..., parts=P)`, a region below the active part is split into P parts of whole buckets, and a
+key lives in the part its hash's low 32 bits choose (`_kernels.part_of`; the bucket choice uses the high bits), so
+that P threads can insert a window at once, each only its own part's keys, in input order, into its own part's
+slots (`insert_hashes(run=...)`, the kernel `insert_part`; the superseded offsets' bitmap takes atomic ORs). A
+part grows the whole region when it is half full. The parts are filled in any order only while no entry of the
+call can be refused (size + entries <= active_capacity): the map then ends the same whatever the order, since
+a key's entries all go to one part in input order. Otherwise, and before `put` and `insert_key_spans`, the keys
+move into one part of the same region (`_unsplit`) and the call runs in input order, so a round stops exactly
+where an unsplit map stops. The whole active part is always one part. Lookups take the parts into account; what
+a caller sees does not depend on them.
 `slots`, `capacity` and `utilization` describe the whole table whatever the active part (utilization is what
 tells an operator whether the dedupe buffer is big enough). Apart from the arrays a caller passes in and the
 lookup results it asks for, calls allocate only a fixed 256-byte ring.
@@ -61,12 +71,13 @@ lookup results it asks for, calls allocate only a fixed 256-byte ring.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import mmap
 import numbers
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -75,10 +86,13 @@ from ._compiled import BUCKET_SLOTS, WORDS_PER_SLOT, kernels
 from .errors import OffsetMapConfigError, OffsetMapFullError, OffsetMapInputError, OffsetOrderError
 from .hashing import hash_key
 
+Runner = Callable[[Sequence[Callable[[], tuple[int, int]]]], list[tuple[int, int]]]  # runs calls at once, results in order
+
 __all__ = [
     "BYTES_PER_SLOT",
     "LOAD_FACTOR_DEFAULT",
     "OffsetMap",
+    "PARTS_MAX",
     "PER_THREAD_MEMORY_BYTES_MAX",
     "SLOTS_MAX",
     "memory_bytes_for_keys",
@@ -98,6 +112,7 @@ _NO_BITS = np.empty(0, dtype=np.uint8)  # insert_hashes' "mark nothing"
 # docstring): a round touches memory for the keys it finds, not for the records it may find.
 _REGION_START_SLOTS = 1 << 16
 _GROW_DIVISOR = 2
+PARTS_MAX = 64  # a round's regions split into at most this many parts (one thread each)
 _PASSAGE_BYTES_MAX = 64 * 2**20  # a growth's keys pass through a temporary array this big at most
 
 
@@ -168,10 +183,14 @@ class OffsetMap:
         "_load_factor",
         "_mapping",
         "_memory_bytes",
+        "_part_limit",
+        "_part_sizes",
+        "_parts",
         "_region_slots",
         "_seed",
         "_size",
         "_slots",
+        "_split",
         "_table",
     )
 
@@ -208,6 +227,7 @@ class OffsetMap:
         self._mapping, self._table = _allocate_table(slots)
         self._size = 0
         self._latest_offset = -1
+        self._split = 1
         self._use_slots(slots)
 
     # -------------------------------------------------------------------------------------------- read-only
@@ -236,6 +256,12 @@ class OffsetMap:
         """Slots this round may probe: all of them unless `reset` was given fewer expected keys (it probes a region
         of them that doubles as keys arrive: see the module docstring)."""
         return self._active_slots
+
+    @property
+    def parts(self) -> int:
+        """Parts the probed slots are split into now: those `reset` asked for while the round's keys sit in a
+        region smaller than the active part, else 1 (see "Parts" in the module docstring)."""
+        return self._parts
 
     @property
     def active_capacity(self) -> int:
@@ -298,12 +324,14 @@ class OffsetMap:
             raise OffsetOrderError(0, value, floor)
         h1, h2 = hash_key(key, self._seed)
         k = kernels()
+        self._unsplit()
         while True:
             status, size = k.put_one(
                 self._active,
                 self._region_slots,
                 self._buckets_choice,
                 self._buckets_all,
+                self._parts,
                 np.uint64(h1),
                 np.uint64(h2),
                 value,
@@ -322,7 +350,8 @@ class OffsetMap:
         h1, h2 = hash_key(key, self._seed)
         return int(
             kernels().get_one(
-                self._active, self._region_slots, self._buckets_choice, self._buckets_all, np.uint64(h1), np.uint64(h2)
+                self._active, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, np.uint64(h1),
+                np.uint64(h2),
             )
         )
 
@@ -341,7 +370,7 @@ class OffsetMap:
 
     def insert_hashes(
         self, h1: np.ndarray, h2: np.ndarray, offsets: np.ndarray, previous: np.ndarray | None = None,
-        superseded: tuple[np.ndarray, int] | None = None,
+        superseded: tuple[np.ndarray, int] | None = None, run: Runner | None = None,
     ) -> int:
         """Insert `(h1[i], h2[i]) -> offsets[i]` in input order; return the number of entries consumed.
 
@@ -355,6 +384,9 @@ class OffsetMap:
         `superseded` = (bits, start), a writable contiguous uint8 array and an int, every offset a consumed entry
         replaced that lies in [start, start + 8 * len(bits)) also has its bit set in `bits` (`_kernels.mark_offset`:
         the bitmap the cleaner keeps, made in the same pass instead of from `previous` afterwards).
+        While the map is split into parts (`reset(..., parts=P)`), `run`, given one call per part, runs them at
+        once (on threads of the caller's) and returns their results in order; without it they run one after
+        another. The result is the same either way (see "Parts" in the module docstring).
         Raises OffsetOrderError / OffsetMapInputError before writing anything.
         """
         words1 = _inputs.hash_words("h1", h1)
@@ -366,9 +398,13 @@ class OffsetMap:
         if count == 0:
             return 0
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
+        if self._parts > 1:
+            if self._size + count <= self._active_capacity:  # no entry can be refused: parts in any order
+                return self._insert_parts(words1, words2, offs, replaced, bits, bits_start, run)
+            self._unsplit()  # an entry may be refused: in input order, in one part
         return self._insert_growing(count, offs, lambda done: kernels().insert_hashes(
-            self._active, self._region_slots, self._buckets_choice, self._buckets_all, words1[done:], words2[done:],
-            offs[done:], self._size, self._limit, replaced[done:], bits, bits_start,
+            self._active, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, words1[done:],
+            words2[done:], offs[done:], self._size, self._limit, replaced[done:], bits, bits_start,
         ))
 
     def lookup_hashes(self, h1: np.ndarray, h2: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -382,7 +418,8 @@ class OffsetMap:
         count = _inputs.same_length(h1=words1, h2=words2)
         result = _output(out, count)
         kernels().lookup_hashes(
-            self._active, self._region_slots, self._buckets_choice, self._buckets_all, words1, words2, result
+            self._active, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, words1, words2,
+            result,
         )
         return result
 
@@ -410,8 +447,10 @@ class OffsetMap:
             return 0
         _inputs.check_spans(buffer, positions, lengths)
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
+        self._unsplit()
         return self._insert_growing(count, offs, lambda done: kernels().insert_spans(
-            self._active, self._region_slots, self._buckets_choice, self._buckets_all, buffer, positions[done:],
+            self._active, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, buffer,
+            positions[done:],
             lengths[done:], offs[done:], np.uint64(self._seed), self._size, self._limit,
         ))
 
@@ -438,6 +477,7 @@ class OffsetMap:
             self._region_slots,
             self._buckets_choice,
             self._buckets_all,
+            self._parts,
             buffer,
             positions,
             lengths,
@@ -460,15 +500,20 @@ class OffsetMap:
         self._size = 0
         self._latest_offset = -1
 
-    def reset(self, seed: int, expected_keys: int | None = None) -> None:
+    def reset(self, seed: int, expected_keys: int | None = None, parts: int = 1) -> None:
         """Clear the map and hash keys with `seed` from now on (a new seed per round).
 
         With `expected_keys`, probe only the first `active_slots` slots, the fewest (whole buckets) that admit
-        at least `min(expected_keys, capacity)` keys under the load factor; with None, the whole table.
-        Requires 0 <= seed <= SEED_MAX and expected_keys >= 0; raises OffsetMapConfigError (and leaves the map
-        untouched) otherwise.
+        at least `min(expected_keys, capacity)` keys under the load factor; with None, the whole table. With
+        `parts` > 1, the round's regions below the active part are split into that many parts, which
+        `insert_hashes` fills on as many threads (its `run`).
+        Requires 0 <= seed <= SEED_MAX, expected_keys >= 0 and 1 <= parts <= PARTS_MAX; raises
+        OffsetMapConfigError (and leaves the map untouched) otherwise.
         """
         value = _inputs.seed_value(seed)
+        split = _integer("parts", parts)
+        if not 1 <= split <= PARTS_MAX:
+            raise OffsetMapConfigError("parts", parts, f"expected 1 to {PARTS_MAX}")
         slots = self._slots
         if expected_keys is not None:
             wanted = _integer("expected_keys", expected_keys)
@@ -478,6 +523,7 @@ class OffsetMap:
                 slots = _slots_for_keys(max(wanted, 2), self._load_factor, self._slots)
         self.clear()
         self._seed = value
+        self._split = split
         self._use_slots(slots)
 
     # -------------------------------------------------------------------------------------------- private
@@ -486,17 +532,70 @@ class OffsetMap:
         """Let this round probe up to the first `slots` slots (the table was just cleared), from its first region."""
         self._active_slots = slots
         self._active_capacity = min(_capacity(slots, self._load_factor), self._capacity)
-        start = _REGION_START_SLOTS
-        self._use_region(start if 2 * start <= slots and _grow_limit(start) <= self._passage_slots() else slots)
+        split = self._split
+        start = split * -(-_REGION_START_SLOTS // (split * BUCKET_SLOTS)) * BUCKET_SLOTS  # whole buckets a part
+        if 2 * start <= slots and _grow_limit(start) <= self._passage_slots():
+            self._use_region(start, split)
+        else:
+            self._use_region(slots, 1)
 
-    def _use_region(self, slots: int) -> None:
-        """Probe the first `slots` slots: the whole active part, or a smaller region that `_grow_if_due` doubles."""
+    def _use_region(self, slots: int, parts: int) -> None:
+        """Probe the first `slots` slots: the whole active part (in one part), or a smaller region that
+        `_grow_if_due` doubles, in `parts` parts of whole buckets."""
         self._region_slots = slots
+        self._parts = parts
         self._active = self._table[: slots * WORDS_PER_SLOT]
-        self._buckets_choice = np.uint64(max(1, slots // BUCKET_SLOTS))
-        self._buckets_all = -(-slots // BUCKET_SLOTS)
+        if parts > 1:
+            self._buckets_choice = np.uint64(slots // (parts * BUCKET_SLOTS))
+            self._buckets_all = slots // (parts * BUCKET_SLOTS)
+            self._part_limit = _grow_limit(slots // parts)
+            self._part_sizes = [0] * parts
+        else:
+            self._buckets_choice = np.uint64(max(1, slots // BUCKET_SLOTS))
+            self._buckets_all = -(-slots // BUCKET_SLOTS)
+            self._part_limit, self._part_sizes = 0, [0]
         whole = slots == self._active_slots
         self._limit = self._active_capacity if whole else min(_grow_limit(slots), self._active_capacity)
+
+    def _insert_parts(self, words1: np.ndarray, words2: np.ndarray, offs: np.ndarray, replaced: np.ndarray,
+                      bits: np.ndarray, bits_start: int, run: Runner | None) -> int:
+        """`insert_hashes` of entries none of which can be refused, into a map split into parts: each part's
+        entries in input order, the parts at once (`run`) while the map is split, growing the region between
+        calls; after a growth to the whole active part (one part), each part's remaining entries in turn."""
+        k = kernels()
+        count = len(offs)
+        split = self._parts
+        starts = [0] * split
+        todo = list(range(split))
+        while todo:
+            if self._parts == split:  # each call writes only its own part's slots
+                calls = [functools.partial(
+                    k.insert_part, self._active, self._region_slots, self._buckets_choice, self._buckets_all, split,
+                    split, p, words1, words2, offs, starts[p], self._size, self._part_limit - self._part_sizes[p],
+                    replaced, bits, bits_start) for p in todo]
+                results = run(calls) if run is not None and len(calls) > 1 else [call() for call in calls]
+                for p, (stop, added) in zip(todo, results, strict=True):
+                    starts[p], self._part_sizes[p] = int(stop), self._part_sizes[p] + int(added)
+                    self._size += int(added)
+            else:  # one part now: the rest of each part's entries in turn, on this thread
+                for p in todo:
+                    stop, added = k.insert_part(
+                        self._active, self._region_slots, self._buckets_choice, self._buckets_all, self._parts,
+                        split, p, words1, words2, offs, starts[p], self._size, self._limit - self._size, replaced,
+                        bits, bits_start)
+                    starts[p] = int(stop)
+                    self._size += int(added)
+            todo = [p for p in todo if starts[p] < count]
+            if todo and not self._grow_if_due():
+                raise AssertionError(f"offset map split insert stopped at {self._size} keys of "
+                                     f"{self._active_capacity} with entries left")
+        return self._consumed(count, self._size, offs)
+
+    def _unsplit(self) -> None:
+        """Put the keys of a map split into parts into one part of the same region (the layout every kernel but
+        `insert_part` expects of a map it may fill)."""
+        if self._parts > 1:
+            self._move(self._region_slots, 1)
 
     def _insert_growing(self, count: int, offsets: np.ndarray, insert: Callable[[int], tuple[int, int]]) -> int:
         """Run `insert(done)`, a kernel inserting entries `done`.. into the region under `_limit` and returning
@@ -510,22 +609,34 @@ class OffsetMap:
                 return self._consumed(done, self._size, offsets)
 
     def _grow_if_due(self) -> bool:
-        """Grow the region when its keys reached its limit below the active part's; False if not (a full map)."""
+        """Grow the region when its keys (or a part's) reached its limit below the active part's; False if not
+        (a full map)."""
         old = self._region_slots
-        if self._size < self._limit or old == self._active_slots:
+        if old == self._active_slots:
+            return False
+        if self._size < self._limit and (self._parts == 1 or max(self._part_sizes) < self._part_limit):
             return False
         new = 2 * old
         if new >= self._active_slots or _grow_limit(new) > self._passage_slots():
-            new = self._active_slots  # the next growth's keys would have no passage: the whole part now
+            self._move(self._active_slots, 1)  # the next growth's keys would have no passage: the whole part now
+        else:
+            self._move(new, self._parts)
+        return True
+
+    def _move(self, new: int, parts: int) -> None:
+        """Rehash the keys into a region of the first `new` slots in `parts` parts (the part sizes kept: a key's
+        part depends on the number of parts only)."""
+        sizes = self._part_sizes if parts > 1 else None
         words = self._size * WORDS_PER_SLOT
         spare = self._table[self._active_slots * WORDS_PER_SLOT:]
         passage = spare[:words] if len(spare) >= words else np.zeros(words, dtype=np.uint64)
-        choice = np.uint64(max(1, new // BUCKET_SLOTS))
-        moved = int(kernels().rehash(self._table, old, new, choice, -(-new // BUCKET_SLOTS), passage))
+        old = self._region_slots
+        self._use_region(new, parts)
+        moved = int(kernels().rehash(self._table, old, new, self._buckets_choice, self._buckets_all, parts, passage))
         if moved != self._size:
             raise AssertionError(f"offset map growth moved {moved} of {self._size} keys")
-        self._use_region(new)
-        return True
+        if sizes is not None:
+            self._part_sizes = sizes
 
     def _passage_slots(self) -> int:
         """How many keys a growth can move: the slots past the active part, or a temporary array of at most

@@ -65,6 +65,37 @@ def test_several_threads_write_the_same_files_and_counters_as_one(tmp_path, seed
     assert outcomes[3] == outcomes[1]
 
 
+@pytest.mark.parametrize("map_bytes", [1 << 20, 3_000], ids=["whole-rounds", "partial-rounds"])
+@pytest.mark.parametrize("seed", range(8))
+def test_a_map_in_parts_filled_on_three_threads_cleans_as_one_thread_does(tmp_path, monkeypatch, seed, map_bytes):
+    """A round on six threads splits the offset map's regions into three parts, each filled on a thread of its
+    own (`OffsetMap.reset(parts=...)`, `cleaner.indexing.PartThreads`), here from a first region of 48 slots so that
+    these small logs grow through split regions: the same files and counters as one thread, with rounds that
+    index the whole section, and with a map of 125 slots that fills mid-section (its windows go in input order in
+    one part, so every round stops where one thread's does)."""
+    from offsetmap import map as map_module
+
+    monkeypatch.setattr(map_module, "_REGION_START_SLOTS", 48)
+    seen = []
+    original = map_module.OffsetMap._insert_parts
+    monkeypatch.setattr(map_module.OffsetMap, "_insert_parts",
+                        lambda self, *args: seen.append(self.parts) or original(self, *args))
+    src = tmp_path / "src" / "t-0"
+    random_log(src, seed, batches_max=80, offset_gap=3 if seed % 3 == 0 else 0)
+    outcomes = {}
+    for threads in (1, 6):
+        run = tmp_path / f"threads-{threads}" / "t-0"
+        shutil.copytree(src, run)
+        facts = []
+        for settings in (SMALL_GROUPS, SMALL_GROUPS, {**SMALL_GROUPS, "delete.retention.ms": 0}):
+            result = clean(run, now_ms=T0 + 2 * DAY_MS, settings=settings, recopy_threads=threads,
+                           map_bytes=map_bytes)
+            facts.append({k: v for k, v in result.as_dict().items() if k not in TIMINGS})
+        outcomes[threads] = (_digests(run), facts)
+    assert outcomes[6] == outcomes[1]
+    assert set(seen) == {3}  # only the six threads' rounds split their maps, in three parts
+
+
 def _survey(first: list[int], marker: list[int]) -> LogSurvey:
     n = len(first)
     column = np.array

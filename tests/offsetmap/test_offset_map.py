@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from offsetmap import (
     hash_key,
     memory_bytes_for_keys,
 )
+from offsetmap.map import PARTS_MAX
 
 
 def random_hashes(count: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -461,12 +463,13 @@ def test_reset_with_expected_keys_narrows_the_table_but_admits_every_expected_ke
     assert m.size == m.active_capacity and consumed < len(h1)
 
 
-def _grown_and_whole(monkeypatch, slots: int, expected_keys: int) -> tuple[OffsetMap, OffsetMap]:
-    """A map whose region grows, and the same map probing its whole active part from the start."""
+def _grown_and_whole(monkeypatch, slots: int, expected_keys: int, parts: int = 1) -> tuple[OffsetMap, OffsetMap]:
+    """A map whose region grows (in `parts` parts), and the same map probing its whole active part from the
+    start."""
     from offsetmap import map as map_module
 
     grown = OffsetMap(slots * BYTES_PER_SLOT)
-    grown.reset(5, expected_keys=expected_keys)
+    grown.reset(5, expected_keys=expected_keys, parts=parts)
     with monkeypatch.context() as patch:
         patch.setattr(map_module, "_REGION_START_SLOTS", 1 << 40)  # never smaller than the active part
         whole = OffsetMap(slots * BYTES_PER_SLOT)
@@ -476,31 +479,108 @@ def _grown_and_whole(monkeypatch, slots: int, expected_keys: int) -> tuple[Offse
     return grown, whole
 
 
+def _on_threads(pool: ThreadPoolExecutor, calls_seen: list[int]):
+    """An `insert_hashes` runner: the calls at once on `pool`'s threads (their count recorded)."""
+
+    def run(calls):
+        calls_seen.append(len(calls))
+        futures = [pool.submit(call) for call in calls]
+        return [future.result() for future in futures]
+
+    return run
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 4])
 @pytest.mark.parametrize("slots,expected_keys", [(400_000, 300_000), (2_000_000, 300_000), (400_000, 10**9)])
-def test_a_growing_region_admits_and_stops_exactly_as_the_whole_active_part(monkeypatch, slots, expected_keys):
+def test_a_growing_region_admits_and_stops_exactly_as_the_whole_active_part(monkeypatch, slots, expected_keys,
+                                                                            parts):
     """The region doubles through its limits (and jumps to the whole part when no room is left past it); every
-    call's consumed count, replaced offsets, size, lookups and the full point match probing the whole part."""
-    grown, whole = _grown_and_whole(monkeypatch, slots, expected_keys)
+    call's consumed count, replaced offsets (`previous` and the bitmap), size, lookups and the full point match
+    probing the whole part. Split into `parts` parts, each filled on a thread of its own while the region is below
+    the active part: the same again."""
+    grown, whole = _grown_and_whole(monkeypatch, slots, expected_keys, parts)
     rng = np.random.default_rng(11)
     distinct = grown.active_capacity + 20_000  # past the fill limit: the map fills up mid-call
     h1, h2 = random_hashes(distinct, seed=12)
     order = np.concatenate((rng.integers(0, 40_000, 60_000), rng.permutation(distinct)))  # repeats, then all
     offsets = np.arange(len(order), dtype=np.int64)
     regions = set()
-    for start in range(0, len(order), 7_919):
-        part = order[start:start + 7_919]
-        p1, p2 = np.empty(len(part), np.int64), np.empty(len(part), np.int64)
-        got = [m.insert_hashes(h1[part], h2[part], offsets[start:start + len(part)], previous=previous)
-               for m, previous in ((grown, p1), (whole, p2))]
-        assert got[0] == got[1] and np.array_equal(p1[:got[0]], p2[:got[1]])
-        assert (grown.size, grown.latest_offset) == (whole.size, whole.latest_offset)
-        regions.add(grown._region_slots)
-        if got[0] < len(part):
-            break
+    calls_seen: list[int] = []
+    with ThreadPoolExecutor(parts) as pool:
+        run = _on_threads(pool, calls_seen)
+        for start in range(0, len(order), 7_919):
+            part = order[start:start + 7_919]
+            p1, p2 = np.empty(len(part), np.int64), np.empty(len(part), np.int64)
+            b1, b2 = np.zeros(1_000, np.uint8), np.zeros(1_000, np.uint8)  # the offsets from 30,000 on
+            regions.add((grown._region_slots, grown.parts))
+            got = [grown.insert_hashes(h1[part], h2[part], offsets[start:start + len(part)], previous=p1,
+                                       superseded=(b1, 30_000), run=run),
+                   whole.insert_hashes(h1[part], h2[part], offsets[start:start + len(part)], previous=p2,
+                                       superseded=(b2, 30_000))]
+            assert got[0] == got[1] and np.array_equal(p1[:got[0]], p2[:got[1]]) and np.array_equal(b1, b2)
+            assert (grown.size, grown.latest_offset) == (whole.size, whole.latest_offset)
+            if start % (8 * 7_919) == 0:  # lookups while the region is split, too
+                assert np.array_equal(grown.lookup_hashes(h1[:20_000], h2[:20_000]),
+                                      whole.lookup_hashes(h1[:20_000], h2[:20_000]))
+            if got[0] < len(part):
+                break
     assert grown.size == grown.active_capacity  # it filled up, at the same entry as the whole part
-    assert len(regions) >= 3 and max(regions) == grown.active_slots  # it grew, to the whole part at last
+    sizes = {size for size, _ in regions}
+    assert len(sizes) >= 3 and max(sizes) == grown.active_slots  # it grew, to the whole part at last
+    assert {n for size, n in regions if size < grown.active_slots} == {parts}  # split while below it
+    assert grown.parts == 1 and (max(calls_seen) == parts if parts > 1 else not calls_seen)
     assert np.array_equal(grown.lookup_hashes(h1, h2), whole.lookup_hashes(h1, h2))
     assert not grown.table[grown.active_slots:].any()  # the moves' passage past the active part is empty again
+
+
+def test_a_split_map_puts_its_keys_in_one_part_before_an_insert_that_is_not_split():
+    """`put`, `insert_key_spans`, and an `insert_hashes` whose entries could fill the map run in input order on
+    one part: the keys of a split region move there first, and every lookup still finds them."""
+    h1, h2 = random_hashes(30_000, seed=21)
+    for step in ("put", "spans", "filling"):
+        m = OffsetMap(memory_bytes_for_keys(300_000))
+        m.reset(3, expected_keys=200_000, parts=2)
+        assert m.insert_hashes(h1, h2, np.arange(30_000)) == 30_000 and m.parts == 2
+        if step == "put":
+            m.put(b"key", 30_000)
+        elif step == "spans":
+            assert m.insert_key_spans(b"key", np.array([0]), np.array([3]), np.array([30_000])) == 1
+        else:
+            more1, more2 = random_hashes(m.active_capacity, seed=22)
+            assert m.insert_hashes(more1, more2, 30_000 + np.arange(len(more1))) < len(more1)
+            assert m.size == m.active_capacity
+        assert m.parts == 1
+        assert np.array_equal(m.lookup_hashes(h1, h2), np.arange(30_000))
+        if step != "filling":
+            assert m.get(b"key") == 30_000 and m.size == 30_001
+
+
+def test_parts_filled_at_once_mark_every_replaced_offset_in_one_bitmap():
+    """The threads of a split insert mark the bitmap's bytes at the same time (neighbouring offsets belong to
+    different parts): every replaced offset's bit is set, none lost to a concurrent write of the same byte."""
+    keys = 50_000
+    h1, h2 = random_hashes(keys, seed=31)
+    m = OffsetMap(memory_bytes_for_keys(2_000_000))
+    m.reset(2, expected_keys=1_000_000, parts=4)
+    total = 4_000_000  # a plain OR lost bits in each of five runs of 2,000,000 (1 to 2,707 of them)
+    bits = np.zeros(total // 8, np.uint8)
+    calls_seen: list[int] = []
+    with ThreadPoolExecutor(4) as pool:
+        run = _on_threads(pool, calls_seen)
+        for start in range(0, total, 400_000):
+            offsets = np.arange(start, start + 400_000, dtype=np.int64)
+            index = offsets % keys  # key k at k, k + keys, ...: every offset but each key's last is replaced
+            assert m.insert_hashes(h1[index], h2[index], offsets, superseded=(bits, 0), run=run) == 400_000
+    assert m.parts == 4 and calls_seen and min(calls_seen) == 4
+    marked = np.unpackbits(bits, bitorder="little")
+    assert marked[: total - keys].all() and not marked[total - keys:].any()
+
+
+def test_a_map_refuses_parts_out_of_range():
+    m = OffsetMap(memory_bytes_for_keys(1_000))
+    for parts in (0, PARTS_MAX + 1, True):
+        with pytest.raises(OffsetMapConfigError):
+            m.reset(1, parts=parts)
 
 
 def test_a_region_with_no_room_past_the_active_part_passes_its_keys_through_a_bounded_array(monkeypatch):
