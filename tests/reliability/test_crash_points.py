@@ -16,6 +16,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -100,14 +102,14 @@ def test_the_unarmed_run_passes_every_named_point_of_a_multi_group_round(world):
     assert counts["round.after_index"] == PARTITIONS
 
 
-def _crash_and_check(world, case_dir: Path, point: str, n: str) -> None:
+def _crash_and_check(world, harness: Harness, case_dir: Path, point: str, n: str) -> None:
     log_dir = copy_tree(world["template"], case_dir)
-    answer = world["harness"].run(log_dir, fault=f"{point}@{n}")
+    answer = harness.run(log_dir, fault=f"{point}@{n}")
     assert answer == {"exit_code": None, "signal": signal.SIGKILL}, f"{point}@{n} did not kill the cleaner: {answer}"
     for p, old in world["old"].items():
         check_after_crash(log_dir / p, old, world["new"][p], world["inputs"][p])
     assert temp_files(log_dir) == [], f"{point}@{n}: temporary files left"
-    assert world["harness"].run(log_dir) == {"exit_code": 0, "signal": None}
+    assert harness.run(log_dir) == {"exit_code": 0, "signal": None}
     for p in world["new"]:
         assert committed_records(log_dir / p) == world["committed_after"][p], (
             f"{point}@{n}: the rerun after the crash keeps other records than the uncrashed run"
@@ -115,10 +117,29 @@ def _crash_and_check(world, case_dir: Path, point: str, n: str) -> None:
 
 
 def test_sigkill_at_every_step_leaves_each_group_old_or_new_and_a_rerun_finishes(world, tmp_path):
+    """Every step, on two fork servers at once (every other step each: the cases are independent copies), so
+    that the suite's longest test takes about half as long on two cores."""
     steps = world["steps"]
     assert len(steps) > 200
-    for i, (point, n) in enumerate(steps):
-        _crash_and_check(world, tmp_path / f"case-{i}", point, n)
+    second = Harness(copy_tree(world["template"], tmp_path / "warmup-2"))
+    failed = threading.Event()
+
+    def cases(harness: Harness, first: int) -> None:
+        for i in range(first, len(steps), 2):
+            if failed.is_set():
+                return
+            try:
+                _crash_and_check(world, harness, tmp_path / f"case-{i}", *steps[i])
+            except BaseException:
+                failed.set()
+                raise
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            for future in [pool.submit(cases, world["harness"], 0), pool.submit(cases, second, 1)]:
+                future.result()
+    finally:
+        second.close()
 
 
 def test_environment_variable_arms_a_fresh_process(world, tmp_path):
