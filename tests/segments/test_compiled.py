@@ -207,3 +207,30 @@ def test_a_kernel_is_recompiled_when_a_helper_it_inlines_from_another_file_chang
         assert done.returncode == 0, done.stderr
         answers.append(int(done.stdout))
     assert answers == [50, 60]
+
+
+_PARTS_PROBE = """
+import numpy as np
+from cleaner.indexing import PartThreads
+from offsetmap import OffsetMap
+from segments.codec import compiled
+m = OffsetMap(64 << 20)
+m.reset(1, expected_keys=1_000_000, parts=2)
+rng = np.random.default_rng(1)
+h1, h2 = (rng.integers(0, 2**64, 300_000, dtype=np.uint64) for _ in range(2))
+bits = np.zeros(300_000 // 8, np.uint8)
+with PartThreads(1) as run:
+    for s in range(0, 300_000, 70_000):
+        offsets = np.arange(s, min(s + 70_000, 300_000))
+        m.insert_hashes(h1[s:s + 70_000], h2[s:s + 70_000], offsets, superseded=(bits, 0), run=run)
+print(m.parts, bool((m.lookup_hashes(h1, h2) == np.arange(300_000)).all()), compiled.numba_loaded())
+"""
+
+
+def test_a_map_filled_in_parts_runs_on_the_built_module():
+    """The kernels' build compiles `insert_part` with the arguments a round on four threads gives it (the warm-up
+    fills a map in parts): in `aot` mode a fallback to numba would fail."""
+    done = subprocess.run([sys.executable, "-c", _PARTS_PROBE], env=_env("aot"), capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "True", "False"]
