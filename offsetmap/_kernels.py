@@ -2,11 +2,11 @@
 
 Owns every per-record loop of `offsetmap`: hashing keys in place in a segment buffer, bulk and single insert
 and lookup in the table, and the input checks that must run over whole arrays; and the layout of the bitmap of
-replaced offsets a bulk insert marks (`mark_offset`, read with `offset_marked` by the recopy's `decide_window`). It holds no state: the table,
-its geometry and the map's counters are passed in and the new counters are returned. It must not allocate
-anything proportional to the table or to the number of keys (the span kernels use a fixed 256-byte ring per
-call), do I/O, log, or validate arguments (`map.py` and `hashing.py` do that before calling in; these
-kernels trust their inputs and numba does not bounds-check).
+replaced offsets a bulk insert marks (`mark_offset`, read with `offset_marked` by the recopy's `decide_window`).
+It holds no state: the table, its geometry and the map's counters are passed in and the new counters are
+returned. It must not allocate anything proportional to the table or to the number of keys (the span kernels use
+a fixed 256-byte ring per call), do I/O, log, or validate arguments (`map.py` and `hashing.py` do that before
+calling in; these kernels trust their inputs and numba does not bounds-check).
 
 Every kernel is `@compiled.njit(cache=True, nogil=True)`, and all compiled code of the map stays in this one
 file: numba's on-disk cache checks only the source file of the function it caches, and a stale hash function
@@ -429,8 +429,8 @@ def _lookup_one(table, slots, buckets_choice, buckets_all, parts, a, b):
     return np.int64(table[found * WORDS_PER_SLOT + 2] - _ONE)
 
 
-# The insert loops below spell out find / overwrite / fill-limit / store inline rather than calling a helper
-# that returns a status: that measured ~5-10% faster at 90% fill.
+# The insert loop (`_insert_entries`) spells out find / overwrite / fill-limit / store inline rather than calling
+# a helper that returns a status: that measured ~5-10% faster at 90% fill.
 
 
 @compiled.njit(cache=True, nogil=True)
@@ -475,55 +475,13 @@ def offset_marked(bits, start, offset):
     return np.int8(-1)
 
 
-@compiled.njit(cache=True, nogil=True)
-def insert_hashes(table, slots, buckets_choice, buckets_all, parts, h1, h2, offsets, size, capacity, previous, bits,
-                  bits_start):
-    """Insert entries in order until one new key does not fit; returns (entries consumed, new size).
-
-    When `previous` has an element per entry, previous[i] is set, for each consumed entry, to the offset the
-    entry replaced (-1 for a new key); an empty `previous` asks for nothing. Each offset an entry replaces is
-    also marked in the bitmap `bits` of the offsets from `bits_start` (`mark_offset`; an empty `bits`: none).
-    """
-    n = h1.size
-    track = previous.size > 0
-    marking = bits.size > 0
-    lines = _prefetch_lines(size, slots)
-    for j in range(min(n, PREFETCH_DISTANCE)):
-        _prefetch_key(table, buckets_choice, buckets_all, parts, h1[j], h2[j], lines)
-    for i in range(n):
-        j = i + PREFETCH_DISTANCE
-        if j < n:
-            _prefetch_key(table, buckets_choice, buckets_all, parts, h1[j], h2[j], lines)
-        a = h1[i]
-        b = h2[i]
-        found, free = _find(table, slots, buckets_choice, buckets_all, parts, a, b)
-        if found >= 0:
-            word = found * WORDS_PER_SLOT + 2
-            replaced = np.int64(table[word] - _ONE)
-            if track:
-                previous[i] = replaced
-            if marking:
-                mark_offset(bits, bits_start, replaced, False)
-            table[word] = np.uint64(offsets[i]) + _ONE
-            continue
-        if size >= capacity or free < 0:
-            return i, size
-        if track:
-            previous[i] = -1
-        _store(table, free, a, b, np.uint64(offsets[i]) + _ONE)
-        size += 1
-    return n, size
-
-
-@compiled.njit(cache=True, nogil=True)
-def insert_part(table, slots, buckets_choice, buckets_all, parts, select_parts, part, h1, h2, offsets, start, size,
-                room, previous, bits, bits_start):
-    """Insert in order the entries from `start` whose key is in part `part` of `select_parts` (`part_of`), until a
-    new key would be the `room + 1`-th this call adds; returns (the entry it stopped at, or h1.size; keys added).
-
-    As `insert_hashes` for those entries (`size`, the keys in the table, only chooses the prefetch). Other threads
-    may insert the other parts' entries at the same time: with the table in `select_parts` parts, a call writes
-    only its own part's slots, previous[i] of its own entries, and `bits` with atomic ORs."""
+@compiled.njit(inline="always")
+def _insert_entries(table, slots, buckets_choice, buckets_all, parts, select_parts, part, h1, h2, offsets, start, size,
+                    room, previous, bits, bits_start, shared):
+    """The insert loop of `insert_hashes` and `insert_part` (inlined into each: with one part selected, the
+    selection folds away): the entries from `start` whose key is in part `part` of `select_parts`, in order,
+    until a new key would be the `room + 1`-th added; returns (the entry it stopped at, or h1.size; keys added).
+    `shared`: the bitmap is marked with atomic ORs."""
     n = h1.size
     track = previous.size > 0
     marking = bits.size > 0
@@ -548,7 +506,7 @@ def insert_part(table, slots, buckets_choice, buckets_all, parts, select_parts, 
             if track:
                 previous[i] = replaced
             if marking:
-                mark_offset(bits, bits_start, replaced, True)
+                mark_offset(bits, bits_start, replaced, shared)
             table[word] = np.uint64(offsets[i]) + _ONE
             continue
         if added >= room or free < 0:
@@ -561,11 +519,39 @@ def insert_part(table, slots, buckets_choice, buckets_all, parts, select_parts, 
 
 
 @compiled.njit(cache=True, nogil=True)
+def insert_hashes(table, slots, buckets_choice, buckets_all, parts, h1, h2, offsets, size, capacity, previous, bits,
+                  bits_start):
+    """Insert entries in order until one new key does not fit; returns (entries consumed, new size).
+
+    When `previous` has an element per entry, previous[i] is set, for each consumed entry, to the offset the
+    entry replaced (-1 for a new key); an empty `previous` asks for nothing. Each offset an entry replaces is
+    also marked in the bitmap `bits` of the offsets from `bits_start` (`mark_offset`; an empty `bits`: none).
+    """
+    consumed, added = _insert_entries(table, slots, buckets_choice, buckets_all, parts, 1, 0, h1, h2, offsets, 0,
+                                      size, capacity - size, previous, bits, bits_start, False)
+    return consumed, size + added
+
+
+@compiled.njit(cache=True, nogil=True)
+def insert_part(table, slots, buckets_choice, buckets_all, parts, select_parts, part, h1, h2, offsets, start, size,
+                room, previous, bits, bits_start):
+    """Insert in order the entries from `start` whose key is in part `part` of `select_parts` (`part_of`), until a
+    new key would be the `room + 1`-th this call adds; returns (the entry it stopped at, or h1.size; keys added).
+
+    As `insert_hashes` for those entries (`size`, the keys in the table, only chooses the prefetch). Other threads
+    may insert the other parts' entries at the same time: with the table in `select_parts` parts, a call writes
+    only its own part's slots, previous[i] of its own entries, and `bits` with atomic ORs."""
+    return _insert_entries(table, slots, buckets_choice, buckets_all, parts, select_parts, part, h1, h2, offsets,
+                           start, size, room, previous, bits, bits_start, True)
+
+
+@compiled.njit(cache=True, nogil=True)
 def rehash(table, old_slots, new_slots, buckets_choice, buckets_all, parts, scratch):
     """Move the entries of the first `old_slots` slots into the first `new_slots` (more) slots, each placed as an
     insert places it under the new geometry (`parts` parts of `buckets_all` buckets); returns how many moved (-1 if
-    one found no slot, which an old part at most half full cannot cause). The entries pass through `scratch` (3 words an entry, room for
-    every entry of the old part; outside the first `new_slots` slots), which is zero again at the end."""
+    one found no slot, which an old part at most half full cannot cause). The entries pass through `scratch` (3
+    words an entry, room for every entry of the old part; outside the first `new_slots` slots), which is zero again
+    at the end."""
     n = 0
     for slot in range(old_slots):
         word = slot * WORDS_PER_SLOT

@@ -86,7 +86,8 @@ from ._compiled import BUCKET_SLOTS, WORDS_PER_SLOT, kernels
 from .errors import OffsetMapConfigError, OffsetMapFullError, OffsetMapInputError, OffsetOrderError
 from .hashing import hash_key
 
-Runner = Callable[[Sequence[Callable[[], tuple[int, int]]]], list[tuple[int, int]]]  # runs calls at once, results in order
+# `insert_hashes`' `run`: runs the calls for a map's parts at once and returns their results in order
+Runner = Callable[[Sequence[Callable[[], tuple[int, int]]]], list[tuple[int, int]]]
 
 __all__ = [
     "BYTES_PER_SLOT",
