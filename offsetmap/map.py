@@ -184,7 +184,6 @@ class OffsetMap:
         "_load_factor",
         "_mapping",
         "_memory_bytes",
-        "_part_limit",
         "_part_sizes",
         "_parts",
         "_region_slots",
@@ -229,6 +228,7 @@ class OffsetMap:
         self._size = 0
         self._latest_offset = -1
         self._split = 1
+        self._part_sizes = [0]
         self._use_slots(slots)
 
     # -------------------------------------------------------------------------------------------- read-only
@@ -499,6 +499,7 @@ class OffsetMap:
         else:
             self._table.fill(kernels().EMPTY_OFFSET_WORD)
         self._size = 0
+        self._part_sizes = [0] * self._split
         self._latest_offset = -1
 
     def reset(self, seed: int, expected_keys: int | None = None, parts: int = 1) -> None:
@@ -522,9 +523,9 @@ class OffsetMap:
                 raise OffsetMapConfigError("expected_keys", expected_keys, "expected a count >= 0")
             if wanted < self._capacity:
                 slots = _slots_for_keys(max(wanted, 2), self._load_factor, self._slots)
+        self._split = split
         self.clear()
         self._seed = value
-        self._split = split
         self._use_slots(slots)
 
     # -------------------------------------------------------------------------------------------- private
@@ -549,12 +550,9 @@ class OffsetMap:
         if parts > 1:
             self._buckets_choice = np.uint64(slots // (parts * BUCKET_SLOTS))
             self._buckets_all = slots // (parts * BUCKET_SLOTS)
-            self._part_limit = _grow_limit(slots // parts)
-            self._part_sizes = [0] * parts
         else:
             self._buckets_choice = np.uint64(max(1, slots // BUCKET_SLOTS))
             self._buckets_all = -(-slots // BUCKET_SLOTS)
-            self._part_limit, self._part_sizes = 0, [0]
         whole = slots == self._active_slots
         self._limit = self._active_capacity if whole else min(_grow_limit(slots), self._active_capacity)
 
@@ -567,16 +565,17 @@ class OffsetMap:
         count = len(offs)
         split = self._parts
         starts = [0] * split
+        sizes = self._part_sizes  # the keys in each part (a key's part depends on the number of parts only)
         todo = list(range(split))
         while todo:
             if self._parts == split:  # each call writes only its own part's slots
                 calls = [functools.partial(
                     k.insert_part, self._active, self._region_slots, self._buckets_choice, self._buckets_all, split,
-                    split, p, words1, words2, offs, starts[p], self._size, self._part_limit - self._part_sizes[p],
+                    split, p, words1, words2, offs, starts[p], self._size, self._part_limit() - sizes[p],
                     replaced, bits, bits_start) for p in todo]
                 results = run(calls) if run is not None and len(calls) > 1 else [call() for call in calls]
                 for p, (stop, added) in zip(todo, results, strict=True):
-                    starts[p], self._part_sizes[p] = int(stop), self._part_sizes[p] + int(added)
+                    starts[p], sizes[p] = int(stop), sizes[p] + int(added)
                     self._size += int(added)
             else:  # one part now: the rest of each part's entries in turn, on this thread
                 for p in todo:
@@ -615,7 +614,7 @@ class OffsetMap:
         old = self._region_slots
         if old == self._active_slots:
             return False
-        if self._size < self._limit and (self._parts == 1 or max(self._part_sizes) < self._part_limit):
+        if self._size < self._limit and (self._parts == 1 or max(self._part_sizes) < self._part_limit()):
             return False
         new = 2 * old
         if new >= self._active_slots or _grow_limit(new) > self._passage_slots():
@@ -624,10 +623,13 @@ class OffsetMap:
             self._move(new, self._parts)
         return True
 
+    def _part_limit(self) -> int:
+        """Keys a part of the region holds before the region doubles."""
+        return _grow_limit(self._region_slots // self._parts)
+
     def _move(self, new: int, parts: int) -> None:
-        """Rehash the keys into a region of the first `new` slots in `parts` parts (the part sizes kept: a key's
-        part depends on the number of parts only)."""
-        sizes = self._part_sizes if parts > 1 else None
+        """Rehash the keys into a region of the first `new` slots in `parts` parts (the part sizes stay: a key's
+        part depends on the number of parts only, and a round's regions have its number or one)."""
         words = self._size * WORDS_PER_SLOT
         spare = self._table[self._active_slots * WORDS_PER_SLOT:]
         passage = spare[:words] if len(spare) >= words else np.zeros(words, dtype=np.uint64)
@@ -636,8 +638,6 @@ class OffsetMap:
         moved = int(kernels().rehash(self._table, old, new, self._buckets_choice, self._buckets_all, parts, passage))
         if moved != self._size:
             raise AssertionError(f"offset map growth moved {moved} of {self._size} keys")
-        if sizes is not None:
-            self._part_sizes = sizes
 
     def _passage_slots(self) -> int:
         """How many keys a growth can move: the slots past the active part, or a temporary array of at most

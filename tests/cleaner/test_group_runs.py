@@ -44,23 +44,30 @@ def _digests(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file() and not p.name.endswith(".lock")}
 
 
+def _cleaned_on(tmp_path: Path, seed: int, thread_counts: tuple[int, ...], passes: list[dict], **kwargs) -> dict:
+    """Per thread count: (every file's digest, each pass's round counters) of random log `seed` cleaned once for
+    each settings of `passes` on that many threads (a copy each)."""
+    src = tmp_path / "src" / "t-0"
+    random_log(src, seed, batches_max=80, offset_gap=3 if seed % 3 == 0 else 0)
+    outcomes = {}
+    for threads in thread_counts:
+        run = tmp_path / f"threads-{threads}" / "t-0"
+        shutil.copytree(src, run)
+        facts = []
+        for settings in passes:
+            result = clean(run, now_ms=T0 + 2 * DAY_MS, settings=settings, recopy_threads=threads, **kwargs)
+            facts.append({k: v for k, v in result.as_dict().items() if k not in TIMINGS})
+        outcomes[threads] = (_digests(run), facts)
+    return outcomes
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_several_threads_write_the_same_files_and_counters_as_one(tmp_path, seed):
     """Seeded random logs (every codec, transactions committed and aborted across segment rolls, tombstones,
     offset gaps), cleaned twice (the second pass removes tombstones and markers): the same files and the same
     round counters with 1 and 3 threads. Starting every group afresh instead of keeping a transaction's groups
     together breaks this for 59 of 60 such logs (tried while writing `independent_runs`)."""
-    src = tmp_path / "src" / "t-0"
-    random_log(src, seed, batches_max=80, offset_gap=3 if seed % 3 == 0 else 0)
-    outcomes = {}
-    for threads in (1, 3):
-        run = tmp_path / f"threads-{threads}" / "t-0"
-        shutil.copytree(src, run)
-        facts = []
-        for settings in (SMALL_GROUPS, {**SMALL_GROUPS, "delete.retention.ms": 0}):
-            result = clean(run, now_ms=T0 + 2 * DAY_MS, settings=settings, recopy_threads=threads)
-            facts.append({k: v for k, v in result.as_dict().items() if k not in TIMINGS})
-        outcomes[threads] = (_digests(run), facts)
+    outcomes = _cleaned_on(tmp_path, seed, (1, 3), [SMALL_GROUPS, {**SMALL_GROUPS, "delete.retention.ms": 0}])
     assert outcomes[1][1][0]["groups"] > 2
     assert outcomes[3] == outcomes[1]
 
@@ -80,18 +87,8 @@ def test_a_map_in_parts_filled_on_three_threads_cleans_as_one_thread_does(tmp_pa
     original = map_module.OffsetMap._insert_parts
     monkeypatch.setattr(map_module.OffsetMap, "_insert_parts",
                         lambda self, *args: seen.append(self.parts) or original(self, *args))
-    src = tmp_path / "src" / "t-0"
-    random_log(src, seed, batches_max=80, offset_gap=3 if seed % 3 == 0 else 0)
-    outcomes = {}
-    for threads in (1, 6):
-        run = tmp_path / f"threads-{threads}" / "t-0"
-        shutil.copytree(src, run)
-        facts = []
-        for settings in (SMALL_GROUPS, SMALL_GROUPS, {**SMALL_GROUPS, "delete.retention.ms": 0}):
-            result = clean(run, now_ms=T0 + 2 * DAY_MS, settings=settings, recopy_threads=threads,
-                           map_bytes=map_bytes)
-            facts.append({k: v for k, v in result.as_dict().items() if k not in TIMINGS})
-        outcomes[threads] = (_digests(run), facts)
+    passes = [SMALL_GROUPS, SMALL_GROUPS, {**SMALL_GROUPS, "delete.retention.ms": 0}]
+    outcomes = _cleaned_on(tmp_path, seed, (1, 6), passes, map_bytes=map_bytes)
     assert outcomes[6] == outcomes[1]
     assert set(seen) == {3}  # only the six threads' rounds split their maps, in three parts
 
