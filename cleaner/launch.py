@@ -101,6 +101,7 @@ def launch_round(
             ring=ring,
             survey_memo=survey_memo,
             verify=cleaner.verify,
+            direct_writes=cleaner.io_direct,
             charge_io=charge_io,
             recopy_threads=recopy_threads,
         )

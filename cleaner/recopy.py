@@ -65,6 +65,7 @@ class RecopyContext:
     # Per producer id: data batches of its current transaction this round has written so far, carried from
     # window to window and group to group (mutated by the recopy); None: markers decided by the survey alone.
     txn_data_written: dict[int, int] | None = None
+    direct_writes: bool = True  # the `.cleaned` segments' appends go around the page cache (log.cleaner.io.direct)
 
 
 @dataclass(slots=True)
@@ -489,6 +490,8 @@ def clean_group(
     started = time.monotonic()
     cleaned = None if ctx.dry_run else log.new_cleaned_segment(group[0].base_offset)
     try:
+        if cleaned is not None and ctx.direct_writes:
+            cleaned.write_directly()
         original = AbortedTxns.concatenate(seg.txn_index.columns() for seg in group if seg.paths.txnindex.exists())
         kept_markers: list[np.ndarray] = []
         output = _OutputBuffer()

@@ -152,6 +152,7 @@ def clean_round(
     ring: WindowRing | None = None,
     survey_memo: SurveyMemo | None = None,
     verify: bool = False,
+    direct_writes: bool = True,
     charge_io: Callable[[int], None] = lambda n: None,
     recopy_threads: int = 1,
 ) -> RoundResult:
@@ -166,8 +167,9 @@ def clean_round(
     thread passes the same one every round, as it does its map, so rounds reuse memory; likewise `survey_memo`
     (`cleaner.survey.SurveyMemo`), so that the next round of the same partition does not read its unchanged
     inactive segments' headers again. With `verify`
-    (`log.cleaner.verify`), each group passes `cleaner.safety.check_group` before it is swapped in.
-    `charge_io(n)` is called before every read and write of n bytes, on the thread doing it (the device's
+    (`log.cleaner.verify`), each group passes `cleaner.safety.check_group` before it is swapped in. With
+    `direct_writes` (`log.cleaner.io.direct`) the `.cleaned` segments are written around the page cache
+    (`segments.files.direct`). `charge_io(n)` is called before every read and write of n bytes, on the thread doing it (the device's
     I/O throttle, `cleaner.throttle`: it may block, or raise to abort); `on_bytes(n, direction)` after; both, and
     `check_abort`, may be called from several threads at once when `recopy_threads` > 1 (the groups' independent
     runs recopied at once, swapped in log order: `cleaner.group_runs`; and as many segments surveyed at once).
@@ -250,6 +252,7 @@ def clean_round(
         partial=generations is not None and not generations.full,
         first_dirty=rng.first_dirty,
         txn_data_written=None if generations is not None and not generations.full else {},
+        direct_writes=direct_writes,
     )
     stats = RecopyStats()
     groups = group_segments(

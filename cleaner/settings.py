@@ -168,6 +168,9 @@ BROKER_SETTINGS: dict[str, Setting] = {
         _s("log.cleaner.io.buffer.size", "int", 512 * 1024, 1024, _INT_MAX, doc="I/O buffer memory across threads"),
         _s("log.cleaner.io.max.bytes.per.second", "float", 1.7976931348623157e308, 1.0, None,
            doc="shared read+write throttle of all cleaner threads"),
+        # logcleaner's own (not Kafka's): how cleaned segments are written (segments/files/direct.py)
+        _s("log.cleaner.io.direct", "bool", True,
+           doc="write cleaned segments around the page cache (O_DIRECT) where the filesystem allows it"),
         _s("log.cleaner.backoff.ms", "int", 15_000, 0, _LONG_MAX, doc="sleep when no log is cleanable"),
         _s("message.max.bytes", "int", 1_048_588, 0, _INT_MAX, doc="largest batch; floor of buffer growth"),
         _s("producer.id.expiration.ms", "int", 86_400_000, 1, _INT_MAX,
@@ -328,6 +331,7 @@ class CleanerSettings:
     io_buffer_load_factor: float  # log.cleaner.io.buffer.load.factor
     io_buffer_size: int  # log.cleaner.io.buffer.size
     io_max_bytes_per_second: float  # log.cleaner.io.max.bytes.per.second
+    io_direct: bool  # log.cleaner.io.direct (logcleaner's own)
     backoff_ms: int  # log.cleaner.backoff.ms
     message_max_bytes: int  # message.max.bytes
     producer_id_expiration_ms: int  # producer.id.expiration.ms

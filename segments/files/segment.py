@@ -33,6 +33,7 @@ from ..codec.batches import peek_header
 from ..codec.errors import CorruptRecordError, TruncatedBatchError
 from ..codec.legacy import decode_legacy_entry
 from ..codec.records import BatchHeader, RecordBatch, decode_batch
+from .direct import DirectAppender
 from .fileio import DEFAULT_FILE_OPS, FileOps
 from .index import OffsetIndex, TimeIndex, append_run_entries, build_offset_index_entries, build_time_index_entries
 from .mapped import mapped_window
@@ -151,6 +152,7 @@ class LogSegment:
         self._shallow_offset_of_max_timestamp = base_offset
         self._next_offset: int | None = None
         self._indexes_behind = False  # the file grew since the indexes were read (see refresh_size)
+        self._appender: DirectAppender | None = None  # appends around the page cache (write_directly)
         if create:
             self._next_offset = base_offset
             # Like Kafka, a new segment has its (empty) offset and time index files from the start.
@@ -196,6 +198,12 @@ class LogSegment:
         return self._fd < 0
 
     def fileno(self) -> int:
+        return self._settled_fd()
+
+    def _settled_fd(self) -> int:
+        """The `.log`'s descriptor for any use but appending: the file holds every byte appended so far."""
+        if self._appender is not None:
+            self._appender.drain()
         return self._fd
 
     def load_indexes(self) -> None:
@@ -252,14 +260,15 @@ class LogSegment:
 
     def pread(self, position: int, size: int) -> bytes:
         """Up to `size` bytes of the `.log` at `position` (fewer at the end of the file)."""
-        return os.pread(self._fd, size, position)
+        return os.pread(self._settled_fd(), size, position)
 
     def _read_into(self, buffer: np.ndarray, position: int, size: int) -> memoryview:
         """Read `size` bytes at `position` into `buffer` (no new allocation); the bytes read as a view."""
         view = buffer.data[:size]
+        fd = self._settled_fd()
         done = 0
         while done < size:
-            n = os.preadv(self._fd, [view[done:]], position + done)
+            n = os.preadv(fd, [view[done:]], position + done)
             if n == 0:
                 break
             done += n
@@ -272,7 +281,7 @@ class LogSegment:
         try:
             # Header bytes only: reading a legacy entry whole would allocate its declared size (up to 2 GiB
             # when corrupt) before knowing whether it fits the file.
-            header = read_header_at(self._fd, position, self.paths.log)
+            header = read_header_at(self._settled_fd(), position, self.paths.log)
         except TruncatedBatchError:
             return None
         if position + header.size_bytes > self.size_bytes:
@@ -363,7 +372,7 @@ class LogSegment:
         size = self.size_bytes
         if _FADV_SEQUENTIAL is not None and pos < size:
             # A whole-segment walk: ask the kernel for its larger read-ahead (it matters from a cold cache).
-            os.posix_fadvise(self._fd, pos, size - pos, _FADV_SEQUENTIAL)
+            os.posix_fadvise(self._settled_fd(), pos, size - pos, _FADV_SEQUENTIAL)
         if ring is None:
             ring = WindowRing(window_bytes, count=1)
         while pos < size:
@@ -372,7 +381,7 @@ class LogSegment:
                 before_read(min(window_bytes, size - pos))
             window: bytes | memoryview | None = None
             if mapped:
-                window = mapped_window(self._fd, pos, min(window_bytes, size - pos))
+                window = mapped_window(self._settled_fd(), pos, min(window_bytes, size - pos))
             if window is None:
                 window = self._read_into(read_buffer, pos, min(window_bytes, size - pos))
             try:
@@ -399,7 +408,7 @@ class LogSegment:
     def _raise_if_resized(self, size: int, position: int) -> None:
         """Raise `CorruptRecordError` saying so if the file is no longer `size` bytes: bytes found invalid in a walk
         of a file that another process truncated or extended meanwhile are not the file's corruption."""
-        now = os.fstat(self._fd).st_size
+        now = os.fstat(self._settled_fd()).st_size
         if now != size:
             raise CorruptRecordError(
                 f"the file changed size while it was read, from {size} to {now} bytes: another process truncated or "
@@ -450,6 +459,20 @@ class LogSegment:
 
     # ---- appending -----------------------------------------------------------------------------------
 
+    def write_directly(self) -> bool:
+        """Send this new, empty segment's `.log` appends around the page cache (`segments.files.direct`): whole
+        blocks at once, the partial last one before any other use of the file (a read, an fsync, a close).
+        Returns whether the filesystem takes direct writes; where it does not, appends stay ordinary writes."""
+        assert self.writable and self.size_bytes == 0 and self._appender is None, f"{self.paths.log}: not new"
+        self._appender = DirectAppender(self.paths.log, self._fd, self.file_ops)
+        return self._appender.direct
+
+    def _write(self, data: bytes | bytearray | memoryview, position: int) -> None:
+        if self._appender is not None:
+            self._appender.append(data)  # appends only: `position` is the end of what it was given
+        else:
+            self.file_ops.pwrite_all(self._fd, data, position)
+
     def load_append_state(self) -> None:
         """Rebuild Kafka's append-time state (bytes since the last index entry, max timestamp so far).
 
@@ -482,7 +505,7 @@ class LogSegment:
         if not 0 <= largest_offset - self.base_offset <= fmt.RELATIVE_OFFSET_MAX:
             raise ValueError(f"offset {largest_offset} does not fit segment {self.base_offset}")
         position = self.size_bytes
-        self.file_ops.pwrite_all(self._fd, data, position)
+        self._write(data, position)
         self.size_bytes += len(data)
         if max_timestamp > self._max_timestamp_so_far:
             self._max_timestamp_so_far = max_timestamp
@@ -519,7 +542,7 @@ class LogSegment:
         if self.size_bytes + len(data) > fmt.RELATIVE_OFFSET_MAX:
             raise ValueError(f"{self.paths.log} would grow past 2^31-1 bytes; positions would not fit the index")
         start = self.size_bytes
-        self.file_ops.pwrite_all(self._fd, data, start)
+        self._write(data, start)
         self.size_bytes += len(data)
         # The per-batch rule of `append` over every batch at once, and both indexes' appends: one compiled call.
         self._bytes_since_last_index_entry, self._max_timestamp_so_far, self._shallow_offset_of_max_timestamp = (
@@ -556,7 +579,7 @@ class LogSegment:
     def flush(self) -> None:
         """fsync the log and flush+fsync the indexes that were touched."""
         if self.writable:
-            self.file_ops.fsync_fd(self._fd)
+            self.file_ops.fsync_fd(self._settled_fd())
         for index in (self._offset_index, self._time_index, self._txn_index):
             if index is not None:
                 index.flush()
@@ -633,7 +656,7 @@ class LogSegment:
         if truncated:
             assert self.writable, f"{self.paths.log}: truncating needs a writable segment"
             log.warning("truncating torn tail path=%s position=%d bytes=%d", self.paths.log, valid_bytes, truncated)
-            os.ftruncate(self._fd, valid_bytes)
+            os.ftruncate(self._settled_fd(), valid_bytes)
             self.size_bytes = valid_bytes
         self.rebuild_indexes(batch_positions, batch_last, batch_max_ts, write=self.writable)
         # Append state, as after Kafka's recover: the last indexed position and the max timestamp.
@@ -734,7 +757,7 @@ class LogSegment:
         pos, header = found
         if header.base_offset < offset:
             pos += header.size_bytes
-        os.ftruncate(self._fd, pos)
+        os.ftruncate(self._settled_fd(), pos)
         self.size_bytes = pos
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
@@ -760,6 +783,11 @@ class LogSegment:
             for index in (self._offset_index, self._time_index, self._txn_index):
                 if index is not None:
                     index.discard() if discard else index.close()
+            if self._appender is not None:
+                if not discard:
+                    self._appender.drain()
+                self._appender.close()
+                self._appender = None
             os.close(self._fd)
             self._fd = -1
 

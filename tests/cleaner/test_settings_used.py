@@ -40,6 +40,7 @@ from segments.tools.generate import WorkloadSpec, generate_partition
 
 from ..integration.daemon_helpers import free_port, write_config
 from ..kraft_builders import topic, topic_config, write_kraft_log_dir
+from ..segments.helpers import resident_pages
 from .builders import batch, build_log, raw_batches, records
 
 T_DATA = 1_700_000_000_000  # the generated records' timestamps start here (ms), 1 ms apart
@@ -59,6 +60,7 @@ HOW: dict[str, str] = {
     "log.cleaner.io.max.bytes.per.second": "clean:throttle",
     "producer.id.expiration.ms": "clean:producer-expiry",
     "log.cleaner.verify": "clean:verify",
+    "log.cleaner.io.direct": "clean:direct",
     "log.cleaner.mode": "clean:generational",
     "cleaner.mode": "clean:generational",
     "log.cleaner.generation.ratio": "clean:generational",
@@ -298,6 +300,17 @@ def test_clean_checks_each_group_before_the_swap_only_with_verify(tmp_path):
         assert outcome.ok, outcome.error
         verified.append(sum(r.verified_records for r in outcome.rounds))
     assert verified[0] > 0 and verified[1] == 0
+
+
+def test_clean_writes_its_segments_around_the_page_cache_only_with_direct_io(tmp_path):
+    template = _template(tmp_path, MANY_KEYS)  # cleaned, ~400 KB
+    resident = {}
+    for v in ("true", "false"):
+        d = _copy(template, tmp_path, v)
+        _clean(*_set("log.cleaner.io.direct", v), "--now-ms", str(SOON), str(d))
+        counts = [resident_pages(p) for p in sorted(d.glob("*.log"))[:-1]]  # the cleaned ones (not the active)
+        resident[v] = sum(r for r, _ in counts) / sum(n for _, n in counts)
+    assert resident["true"] < 0.2 and resident["false"] == 1.0, resident
 
 
 def _append_updates(directory: Path, keys: list[bytes], timestamp_ms: int) -> None:

@@ -1,8 +1,14 @@
-"""Shared test helpers: building batches, reading a log's records back, byte mutation."""
+"""Shared test helpers: building batches, reading a log's records back, byte mutation, page-cache residency."""
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
+import mmap
+import os
 from pathlib import Path
+
+import numpy as np
 
 from segments.codec import format as fmt
 from segments.codec.records import Record, batch_crc, encode_batch
@@ -68,3 +74,35 @@ class CrashingFileOps(FileOps):
             raise Crash(f"crash before rename #{self.renames}: {src} -> {dst}")
         self.renames += 1
         super().rename(src, dst)
+
+
+def resident_pages(path: Path) -> tuple[int, int]:
+    """(pages of `path` in the page cache, pages of the file), by mincore(2)."""
+    size = path.stat().st_size
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as mapped:
+        address = np.frombuffer(mapped, dtype=np.uint8).ctypes.data  # the mapping's address, nothing read
+        vector = (ctypes.c_ubyte * pages)()
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+        assert libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), vector) == 0, ctypes.get_errno()
+        return sum(v & 1 for v in vector), pages
+
+
+def _is_direct(fd: int) -> bool:
+    return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
+
+
+class RecordingOps(FileOps):
+    """Records (direct?, position, length) of every write; refuses direct ones with `refuse` (an errno)."""
+
+    def __init__(self, refuse: int | None = None) -> None:
+        self.writes: list[tuple[bool, int, int]] = []
+        self.refuse = refuse
+
+    def pwrite_all(self, fd, data, position) -> None:
+        direct = _is_direct(fd)
+        self.writes.append((direct, position, len(memoryview(data))))
+        if direct and self.refuse is not None:
+            raise OSError(self.refuse, os.strerror(self.refuse))
+        super().pwrite_all(fd, data, position)
