@@ -8,7 +8,8 @@ GIL-held (bench/RESULTS.md, ninth round: a thread that only loops over `os.pwrit
 2. every call that releases the GIL is wrapped with the calling thread's CPU clock (`time.thread_time`): the
    built kernels (every variant of every `segments.codec.compiled.Kernel`), the file system calls a round makes
    (`os.pread`, `os.preadv`, `os.pwrite`, `os.fsync`, `os.posix_fadvise`, renames and removals) and the
-   mapping, populate and unmapping of a mapped window (`segments.files.mapped`, ctypes calls);
+   mapping, populate and unmapping of a mapped window (`segments.files.mapped`, ctypes calls) and the copy of a
+   cleaned segment's output into its direct-write staging buffer (`segments.files.direct._copy`, numpy: no GIL);
 3. one `cleaner.round.clean_round` on the main thread (its read-ahead threads are the kept producer threads of
    `segments.files.readahead`); the CPU time of every thread of the process is read from its own CPU clock
    before and after;
@@ -69,6 +70,7 @@ def _instrument() -> None:
     import importlib
 
     import segments.codec.compiled as compiled
+    import segments.files.direct as direct
     import segments.files.mapped as mapped
 
     for path in sorted(ROOT.glob("*/**/_*kernels.py")):  # every kernel module, imported now: they load lazily
@@ -80,6 +82,7 @@ def _instrument() -> None:
         setattr(os, name, _counted(getattr(os, name)))
     for name in ("_map", "_populate", "_unmap"):
         setattr(mapped, name, _counted(getattr(mapped, name)))
+    direct._copy = _counted(direct._copy)
     for module in list(sys.modules.values()):
         for value in list(vars(module).values()) if module is not None else ():
             if isinstance(value, compiled.Kernel) and id(value) not in _kernels_done:
