@@ -166,10 +166,10 @@ def clean_round(
     only then: what `logcleaner clean` asks. `ring` holds the read buffers of the round's windows; a cleaner
     thread passes the same one every round, as it does its map, so rounds reuse memory; likewise `survey_memo`
     (`cleaner.survey.SurveyMemo`), so that the next round of the same partition does not read its unchanged
-    inactive segments' headers again. With `verify`
-    (`log.cleaner.verify`), each group passes `cleaner.safety.check_group` before it is swapped in. With
-    `direct_writes` (`log.cleaner.io.direct`) the `.cleaned` segments are written around the page cache
-    (`segments.files.direct`). `charge_io(n)` is called before every read and write of n bytes, on the thread doing it (the device's
+    inactive segments' headers again. With `verify` (`log.cleaner.verify`), each group passes
+    `cleaner.safety.check_group` before it is swapped in. With `direct_writes` (`log.cleaner.io.direct`) the
+    `.cleaned` segments are written around the page cache (`segments.files.direct`). `charge_io(n)` is called
+    before every read and write of n bytes, on the thread doing it (the device's
     I/O throttle, `cleaner.throttle`: it may block, or raise to abort); `on_bytes(n, direction)` after; both, and
     `check_abort`, may be called from several threads at once when `recopy_threads` > 1 (the groups' independent
     runs recopied at once, swapped in log order: `cleaner.group_runs`; and as many segments surveyed at once).
