@@ -2,7 +2,7 @@
 
 Owns the alignment rule of direct I/O here (the memory, the file position and the length of every direct write a
 multiple of `ALIGN`), the aligned staging buffer appended bytes pass through, and the fall-back to ordinary writes
-where a filesystem refuses direct I/O. Why (docs/design.md, "Writing around the page cache"): the cleaner writes
+where a filesystem refuses direct I/O (said once per process and filesystem, as a warning). Why (docs/design.md, "Writing around the page cache"): the cleaner writes
 its output once and fsyncs it; through the page cache each output byte is first copied into newly allocated
 cache pages, which on this project's VMs costs ~2.4 ms a MB of CPU (their host backs guest memory again on first
 touch), and the output evicts pages the broker serves reads from. `LogSegment.write_directly` gives a new segment
@@ -13,6 +13,7 @@ anything else uses the file.
 from __future__ import annotations
 
 import errno
+import logging
 import mmap
 import os
 
@@ -21,6 +22,8 @@ import numpy as np
 from .fileio import FileOps
 
 __all__ = ["ALIGN", "STAGE_BYTES", "DirectAppender"]
+
+log = logging.getLogger(__name__)
 
 ALIGN = 4096  # a direct write's memory address, file position and length: whole 4 KiB blocks (any device's sector)
 STAGE_BYTES = 1024 * 1024  # the staging buffer, so one direct write at most: 1, 4 and 16 MiB measured alike (bench/RESULTS.md)
@@ -34,11 +37,12 @@ class DirectAppender:
     Writes go through `file_ops.pwrite_all` (fault injection, the power-loss model, errors naming the file).
     """
 
-    __slots__ = ("_direct_fd", "_fd", "_file_ops", "_stage", "_view", "_array", "_block", "_fill", "_pending")
+    __slots__ = ("_path", "_direct_fd", "_fd", "_file_ops", "_stage", "_view", "_array", "_block", "_fill", "_pending")
 
     def __init__(self, path: str | os.PathLike, fd: int, file_ops: FileOps) -> None:
         if os.fstat(fd).st_size != 0:
             raise ValueError(f"{path}: direct appends start at an empty file")
+        self._path = path
         self._fd = fd
         self._file_ops = file_ops
         self._direct_fd = _open_direct(path, fd)
@@ -105,6 +109,7 @@ class DirectAppender:
                     raise
                 os.close(self._direct_fd)  # the filesystem takes no direct writes: ordinary ones from here on
                 self._direct_fd = -1
+                _refused(self._path, self._fd, exc)
         self._file_ops.pwrite_all(self._fd, blocks, self._block)
 
 
@@ -122,10 +127,25 @@ def _open_direct(path: str | os.PathLike, fd: int) -> int:
         return -1
     try:
         direct = os.open(path, os.O_WRONLY | flag | os.O_NOFOLLOW)
-    except OSError:
+    except OSError as exc:
+        _refused(path, fd, exc)
         return -1
     mine, theirs = os.fstat(direct), os.fstat(fd)
     if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
         os.close(direct)
         return -1
     return direct
+
+
+_refused_on: set[int] = set()  # the filesystems (st_dev) whose refusal this process has reported
+
+
+def _refused(path: str | os.PathLike, fd: int, exc: OSError) -> None:
+    """Say once per process and filesystem that it refuses direct I/O, and that its cleaned segments go through
+    the page cache (an operator sees which way they are written; `log.cleaner.io.direct=false` asks for that)."""
+    device = os.fstat(fd).st_dev
+    if device in _refused_on:
+        return
+    _refused_on.add(device)
+    log.warning("%s: the filesystem refuses direct I/O (%s): cleaned segments on it are written through the page "
+                "cache (set log.cleaner.io.direct=false to write them so without trying)", path, exc.strerror or exc)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from segments.codec.records import Record, encode_batch
+from segments.files import direct
 from segments.files.direct import ALIGN, STAGE_BYTES, DirectAppender
 from segments.files.fileio import FileOps
 from segments.files.segment import LogSegment
@@ -170,3 +171,23 @@ def test_a_segment_closed_without_its_fsync_gets_every_byte_and_one_deleted_with
     _append(dropped, _batches(1, 10, first=1000))  # under a block: staged, not yet in the file
     dropped.delete_files()
     assert not any(path.exists() for path in dropped.paths.all())
+
+
+def test_a_filesystem_that_refuses_direct_io_is_reported_once_as_a_warning(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(direct, "_refused_on", set())
+    for name in ("a.bin", "b.bin"):
+        path = tmp_path / name
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        appender = DirectAppender(path, fd, RecordingOps(refuse=errno.EINVAL))
+        try:
+            with caplog.at_level("WARNING", logger=direct.__name__):
+                appender.append(bytes(STAGE_BYTES))
+                appender.drain()
+        finally:
+            appender.close()
+            os.close(fd)
+        assert path.read_bytes() == bytes(STAGE_BYTES)
+    warnings = [r.getMessage() for r in caplog.records if r.name == direct.__name__]
+    assert len(warnings) == 1, warnings  # once per filesystem and process
+    assert str(tmp_path / "a.bin") in warnings[0] and "refuses direct I/O" in warnings[0]
+    assert "log.cleaner.io.direct=false" in warnings[0]
