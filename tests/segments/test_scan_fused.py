@@ -227,8 +227,8 @@ def test_an_lz4_windows_arena_is_the_buffers_own_reused_and_kept_when_grown():
         got = scan(buf, base_position=7, buffers=buffers)
         _same(expected, got)
         if len(got.arena):
-            assert np.shares_memory(got.arena, buffers.arena(0))
-            kept.append(buffers.arena(0))
+            assert np.shares_memory(got.arena, buffers.arena(0, 0))
+            kept.append(buffers.arena(0, 0))
     assert len(kept) > 3
     assert all(a is b or len(b) > len(a) for a, b in zip(kept, kept[1:]))  # reused, or replaced by a larger one
     small = ScanBuffers()
@@ -236,4 +236,4 @@ def test_an_lz4_windows_arena_is_the_buffers_own_reused_and_kept_when_grown():
     for data in windows[:8]:
         got = scan(np.frombuffer(data, dtype=np.uint8), base_position=7, buffers=small)
         _same(scan(np.frombuffer(data, dtype=np.uint8), base_position=7), got)
-    assert len(small.arena(0)) > 16
+    assert len(small.arena(0, 0)) > 16
