@@ -271,12 +271,13 @@ class ScanBuffers:
 
     def arena(self, size: int, limit: int) -> np.ndarray:
         """A writable arena of at least `size` bytes (contents undefined): the one kept, or a new one of twice its
-        size (at most `limit`, at least `size`). Doubled, not fitted: windows end at whole batches, so their sizes
-        differ a little, and each new largest one would otherwise leave the pages its predecessor had touched for
-        new ones (W3: ~0.09 s of first touches a process on this project's VMs; bench/RESULTS.md, seventeenth
-        round)."""
+        size or a quarter more than `size`, whichever is larger (at most `limit`, at least `size`). Not fitted:
+        windows end at whole batches, so their sizes differ a little, and each new largest one would otherwise
+        leave the pages its predecessor had touched for new ones (W3: up to ~0.09 s of first touches a process on
+        this project's VMs; bench/RESULTS.md, seventeenth round)."""
         if len(self._arena) < size:
-            self._arena = np.empty(max(size, min(2 * len(self._arena), limit)), dtype=np.uint8)
+            roomy = max(2 * len(self._arena), size + size // 4)
+            self._arena = np.empty(max(size, min(roomy, limit)), dtype=np.uint8)
         return self._arena
 
     def keep_arena(self, arena: np.ndarray) -> None:

@@ -291,13 +291,14 @@ def test_scan_buffers_reuse_gives_the_same_records():
         assert_matches_object_path(data, reused)
 
 
-def test_the_kept_arena_grows_by_doubling_up_to_its_limit_so_slightly_larger_windows_reuse_it():
+def test_the_kept_arena_grows_with_room_up_to_its_limit_so_slightly_larger_windows_reuse_it():
     buffers = ScanBuffers()
-    arenas = [buffers.arena(1000 + grow, 1_000_000) for grow in range(0, 1000, 7)]  # each window a little larger
-    assert len({len(a) for a in arenas}) == 2 and len(arenas[-1]) == 2000  # one new arena, twice the first
+    arenas = [buffers.arena(1000 + grow, 1_000_000) for grow in range(0, 250, 7)]  # each window a little larger
+    assert {len(a) for a in arenas} == {1250}  # a quarter more than the first window asked: one arena for them all
+    assert len(buffers.arena(1300, 1_000_000)) == 2500  # past it: twice as large
     capped = ScanBuffers()
-    assert len(capped.arena(600, 700)) == 600
-    assert len(capped.arena(650, 700)) == 700  # doubled, but not past the limit
+    assert len(capped.arena(600, 700)) == 700  # with room, but not past the limit
+    assert len(capped.arena(650, 700)) == 700  # the same arena
     assert len(capped.arena(800, 700)) == 800  # never below the size asked
 
 
