@@ -206,6 +206,14 @@ class LogSegment:
             self._appender.drain()
         return self._fd
 
+    def _cut_fd(self) -> int:
+        """The `.log`'s descriptor to truncate: direct appends end first (what they staged would be stale)."""
+        if self._appender is not None:
+            self._appender.drain()
+            self._appender.close()
+            self._appender = None
+        return self._fd
+
     def load_indexes(self) -> None:
         """Read the offset and time index files now, so that this object's indexes are this segment's.
 
@@ -656,7 +664,7 @@ class LogSegment:
         if truncated:
             assert self.writable, f"{self.paths.log}: truncating needs a writable segment"
             log.warning("truncating torn tail path=%s position=%d bytes=%d", self.paths.log, valid_bytes, truncated)
-            os.ftruncate(self._settled_fd(), valid_bytes)
+            os.ftruncate(self._cut_fd(), valid_bytes)
             self.size_bytes = valid_bytes
         self.rebuild_indexes(batch_positions, batch_last, batch_max_ts, write=self.writable)
         # Append state, as after Kafka's recover: the last indexed position and the max timestamp.
@@ -757,7 +765,7 @@ class LogSegment:
         pos, header = found
         if header.base_offset < offset:
             pos += header.size_bytes
-        os.ftruncate(self._settled_fd(), pos)
+        os.ftruncate(self._cut_fd(), pos)
         self.size_bytes = pos
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)

@@ -191,3 +191,19 @@ def test_a_filesystem_that_refuses_direct_io_is_reported_once_as_a_warning(tmp_p
     assert len(warnings) == 1, warnings  # once per filesystem and process
     assert str(tmp_path / "a.bin") in warnings[0] and "refuses direct I/O" in warnings[0]
     assert "log.cleaner.io.direct=false" in warnings[0]
+
+
+def test_a_segment_cut_back_while_written_directly_takes_later_appends_after_the_cut(tmp_path):
+    segment = LogSegment(tmp_path, 0, suffix=".cleaned", writable=True, create=True)
+    segment.write_directly()
+    batches = _batches(40, 3000)
+    _append(segment, batches[:30])
+    segment.truncate_to(20)  # the last 10 batches go; what the appender staged of them must not come back
+    _append(segment, batches[20:])
+    segment.close()
+    kept = LogSegment(tmp_path, 0, suffix=".cleaned")
+    try:
+        assert [batch.records[0].offset for _, batch in kept.batches()] == list(range(40))
+        assert kept.paths.log.read_bytes() == b"".join(b for b, _, _ in batches)
+    finally:
+        kept.close()
