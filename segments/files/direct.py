@@ -37,7 +37,7 @@ class DirectAppender:
     Writes go through `file_ops.pwrite_all` (fault injection, the power-loss model, errors naming the file).
     """
 
-    __slots__ = ("_path", "_direct_fd", "_fd", "_file_ops", "_stage", "_view", "_array", "_block", "_fill", "_pending")
+    __slots__ = ("_path", "_direct_fd", "_fd", "_file_ops", "_stage", "_array", "_block", "_fill", "_pending")
 
     def __init__(self, path: str | os.PathLike, fd: int, file_ops: FileOps) -> None:
         if os.fstat(fd).st_size != 0:
@@ -47,7 +47,6 @@ class DirectAppender:
         self._file_ops = file_ops
         self._direct_fd = _open_direct(path, fd)
         self._stage = mmap.mmap(-1, STAGE_BYTES)  # anonymous mappings are page-aligned
-        self._view = memoryview(self._stage)
         self._array = np.frombuffer(self._stage, dtype=np.uint8)
         self._block = 0  # file position of the stage's first byte (a multiple of ALIGN)
         self._fill = 0  # bytes in the stage
@@ -78,7 +77,7 @@ class DirectAppender:
             return
         self._write_blocks()
         if self._fill:
-            self._file_ops.pwrite_all(self._fd, self._view[:self._fill], self._block)
+            self._file_ops.pwrite_all(self._fd, self._array[:self._fill], self._block)
         self._pending = False
 
     def close(self) -> None:
@@ -92,14 +91,14 @@ class DirectAppender:
         whole = self._fill - self._fill % ALIGN
         if whole == 0:
             return
-        self._write(self._view[:whole])
+        self._write(self._array[:whole])
         tail = self._fill - whole
         if tail:  # [whole, fill) to the front: whole >= ALIGN > tail, so the two ranges do not overlap
-            self._view[:tail] = self._view[whole:self._fill]
+            self._array[:tail] = self._array[whole:self._fill]
         self._block += whole
         self._fill = tail
 
-    def _write(self, blocks: memoryview) -> None:
+    def _write(self, blocks: np.ndarray) -> None:
         if self._direct_fd >= 0:
             try:
                 self._file_ops.pwrite_all(self._direct_fd, blocks, self._block)

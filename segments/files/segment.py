@@ -208,11 +208,16 @@ class LogSegment:
 
     def _cut_fd(self) -> int:
         """The `.log`'s descriptor to truncate: direct appends end first (what they staged would be stale)."""
+        self._end_direct_appends(drain=True)
+        return self._fd
+
+    def _end_direct_appends(self, *, drain: bool) -> None:
+        """Appends are ordinary writes from now on; with `drain`, the file first gets every byte staged."""
         if self._appender is not None:
-            self._appender.drain()
+            if drain:
+                self._appender.drain()
             self._appender.close()
             self._appender = None
-        return self._fd
 
     def load_indexes(self) -> None:
         """Read the offset and time index files now, so that this object's indexes are this segment's.
@@ -791,11 +796,7 @@ class LogSegment:
             for index in (self._offset_index, self._time_index, self._txn_index):
                 if index is not None:
                     index.discard() if discard else index.close()
-            if self._appender is not None:
-                if not discard:
-                    self._appender.drain()
-                self._appender.close()
-                self._appender = None
+            self._end_direct_appends(drain=not discard)
             os.close(self._fd)
             self._fd = -1
 
