@@ -77,7 +77,7 @@ class DirectAppender:
             return
         self._write_blocks()
         if self._fill:
-            self._file_ops.pwrite_all(self._fd, self._array[:self._fill], self._block)
+            self._file_ops.pwrite_all(self._fd, self._array[:self._fill].data, self._block)
         self._pending = False
 
     def close(self) -> None:
@@ -91,14 +91,14 @@ class DirectAppender:
         whole = self._fill - self._fill % ALIGN
         if whole == 0:
             return
-        self._write(self._array[:whole])
+        self._write(self._array[:whole].data)
         tail = self._fill - whole
         if tail:  # [whole, fill) to the front: whole >= ALIGN > tail, so the two ranges do not overlap
             self._array[:tail] = self._array[whole:self._fill]
         self._block += whole
         self._fill = tail
 
-    def _write(self, blocks: np.ndarray) -> None:
+    def _write(self, blocks: memoryview) -> None:
         if self._direct_fd >= 0:
             try:
                 self._file_ops.pwrite_all(self._direct_fd, blocks, self._block)
