@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cleaner.indexing import PartThreads
 from offsetmap import OffsetMap
 from offsetmap._compiled import kernels
-from offsetmap.map import _allocate_table
+from offsetmap.map import _allocate_table, _allocate_tags
 
 KEYS = 1_000_000
 ENTRIES = 8_000_000
@@ -49,17 +49,20 @@ def _entries(seed: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return key_h1[pick], key_h2[pick], np.arange(ENTRIES, dtype=np.int64)
 
 
-def _insert(table: np.ndarray, slots: int, h1, h2, offsets, previous, size: int) -> int:
+def _insert(table: np.ndarray, tags: np.ndarray, slots: int, h1, h2, offsets, previous, size: int) -> int:
     choice = np.uint64(max(1, slots // 8))
-    _, size = kernels().insert_hashes(table, slots, choice, -(-slots // 8), 1, h1, h2, offsets, size, 2**62, previous,
-                                      _NO_BITS, 0)
+    _, size = kernels().insert_hashes(table, tags, slots, choice, -(-slots // 8), 1, h1, h2, offsets, size, 2**62,
+                                      previous, _NO_BITS, 0)
     return int(size)
 
 
-def one_thread(table, slots, h1, h2, offsets, previous, order_by_bucket: bool = False) -> tuple[float, float, int]:
-    """(seconds in all, of which sorting, keys) of one thread inserting every window into `slots` slots."""
+def one_thread(table, tags, slots, h1, h2, offsets, previous, order_by_bucket: bool = False
+               ) -> tuple[float, float, int]:
+    """(seconds in all, of which sorting, keys) of one thread inserting every window into `slots` slots (and the
+    table's tags, `offsetmap.map`)."""
     part = table[: 3 * slots]
     part.fill(0)
+    tags.fill(0)
     size, sorting = 0, 0.0
     started = time.perf_counter()
     for s in range(0, ENTRIES, WINDOW):
@@ -69,7 +72,7 @@ def one_thread(table, slots, h1, h2, offsets, previous, order_by_bucket: bool = 
             order = np.argsort(((a >> np.uint64(32)) * np.uint64(max(1, slots // 8))) >> np.uint64(32), kind="stable")
             a, b, o = a[order], b[order], o[order]
             sorting += time.perf_counter() - t
-        size = _insert(part, slots, a, b, o, p, size)
+        size = _insert(part, tags, slots, a, b, o, p, size)
     return time.perf_counter() - started, sorting, size
 
 
@@ -98,14 +101,15 @@ def main() -> None:
     previous = np.empty(ENTRIES, dtype=np.int64)
     sizes = [int(s) for s in args.slots.split(",") if s]
     _, table = _allocate_table(max(sizes))
+    _, tags = _allocate_tags(max(sizes))
     print(f"{ENTRIES:,} entries of {KEYS:,} keys in windows of {WINDOW:,}; median of {args.repeats} (min-max), ns an entry")
     for slots in sizes:
-        runs = [one_thread(table, slots, h1, h2, offsets, previous) for _ in range(args.repeats)]
+        runs = [one_thread(table, tags, slots, h1, h2, offsets, previous) for _ in range(args.repeats)]
         ns = [r[0] / ENTRIES * 1e9 for r in runs]
         print(f"one thread, {slots:,} slots ({slots * 24 / 2**20:.0f} MiB, {runs[0][2] / slots:.0%} full): "
               f"{statistics.median(ns):.1f} ns ({min(ns):.1f}-{max(ns):.1f})")
         if args.sorted:
-            runs = [one_thread(table, slots, h1, h2, offsets, previous, True) for _ in range(args.repeats)]
+            runs = [one_thread(table, tags, slots, h1, h2, offsets, previous, True) for _ in range(args.repeats)]
             ns = [r[0] / ENTRIES * 1e9 for r in runs]
             sort_ns = statistics.median(r[1] / ENTRIES * 1e9 for r in runs)
             print(f"  sorted by first bucket: {statistics.median(ns):.1f} ns ({min(ns):.1f}-{max(ns):.1f}), "

@@ -3,8 +3,8 @@
 Owns every per-record loop of `offsetmap`: hashing keys in place in a segment buffer, bulk and single insert
 and lookup in the table, and the input checks that must run over whole arrays; and the layout of the bitmap of
 replaced offsets a bulk insert marks (`mark_offset`, read with `offset_marked` by the recopy's `decide_window`).
-It holds no state: the table, its geometry and the map's counters are passed in and the new counters are
-returned. It must not allocate anything proportional to the table or to the number of keys (the span kernels use
+It holds no state: the table, its tags (one byte a slot, eight a bucket in one word: `_tag_of`), its geometry
+and the map's counters are passed in and the new counters are returned. It must not allocate anything proportional to the table or to the number of keys (the span kernels use
 a fixed 256-byte ring per call), do I/O, log, or validate arguments (`map.py` and `hashing.py` do that before
 calling in; these kernels trust their inputs and numba does not bounds-check).
 
@@ -12,8 +12,8 @@ Every kernel is `@compiled.njit(cache=True, nogil=True)`, and all compiled code 
 file: numba's on-disk cache checks only the source file of the function it caches, and a stale hash function
 means silent data loss (the cache is also one folder per fingerprint of the sources: `compiled.numba_cache_dir`).
 A table may be probed in parts (`part_of`), which `insert_part` fills one a thread (`map.py`, "Parts").
-The table layout, the two-choice bucket probing (what a caller sees is only put/get semantics, Kafka's),
-hashing in place, prefetching, and why numba: see docs/design.md, "The table and its kernels".
+The table layout and its tags, the two-choice bucket probing (what a caller sees is only put/get semantics,
+Kafka's), hashing in place, prefetching, and why numba: see docs/design.md, "The table and its kernels".
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ WORDS_PER_SLOT = 3  # h1, h2, offset: 3 x 8 = 24 bytes per slot
 BUCKET_SLOTS = 8  # 8 x 24 = 192 bytes = three 64-byte cache lines
 EMPTY_OFFSET_WORD = np.uint64(0)  # offset word of an empty slot; an occupied one holds offset + 1
 _ONE = np.uint64(1)
-PREFETCH_DISTANCE = 16  # entries ahead; on the bench machine 8, 16 and 32 measured alike
+PREFETCH_DISTANCE = 16  # entries ahead whose candidate buckets' tag words are prefetched
+_SLOT_PREFETCH_DISTANCE = 6  # entries ahead whose likely slot (read from the tags, cached by then) is prefetched
 
 STATUS_UPDATED = 0  # the key was present; its offset was overwritten
 STATUS_INSERTED = 1  # a new key took a free slot
@@ -61,7 +62,6 @@ STATUS_FULL = 2  # a new key did not fit under the fill limit; nothing was writt
 
 _BUCKET_WORDS = BUCKET_SLOTS * WORDS_PER_SLOT
 _LINE_WORDS = 8  # 64-byte cache line / 8-byte word
-_SPARSE_FILL_DIVISOR = 5  # below 1/5 of the probed slots filled, an insert prefetches two lines a bucket, not three
 _LITTLE_ENDIAN = sys.byteorder == "little"  # compile-time constant: word loads need no byte swap
 
 # MurmurHash3_x64_128 constants (Austin Appleby, public domain reference implementation).
@@ -86,6 +86,12 @@ _S40 = np.uint64(40)
 _S48 = np.uint64(48)
 _S56 = np.uint64(56)
 _LOW32 = np.uint64(0xFFFF_FFFF)
+# Tags: one byte a slot, 0 for an empty slot, else the low byte of h1 (1 where that byte is 0), eight a bucket in
+# one word; the masks find the bytes of a word equal to a tag, and the zero bytes, without a loop.
+_TAG_BYTE = np.uint64(0xFF)
+_TAG_ONES = np.uint64(0x0101_0101_0101_0101)
+_TAG_LOW7 = np.uint64(0x7F7F_7F7F_7F7F_7F7F)
+_S3 = np.uint64(3)
 
 
 # ------------------------------------------------------------------------------------------------ prefetch
@@ -136,6 +142,26 @@ def _atomic_or_u8(typingctx, array, index, value):
         byte = context.cast(builder, args[2], value_type, types.uint8)
         builder.atomic_rmw("or", pointer, byte, "monotonic")
         return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@compiled.intrinsic
+def _trailing_zeros(typingctx, value):
+    """`llvm.cttz` of a uint64 that is not 0: the index of its lowest set bit."""
+    from llvmlite import ir  # compile time only: the body runs when numba types a caller
+    from numba import types
+    from numba.core import cgutils
+
+    if value != types.uint64:
+        return None
+    signature = types.uint64(value)
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        function_type = ir.FunctionType(i64, [i64, ir.IntType(1)])
+        function = cgutils.get_or_insert_function(builder.module, function_type, "llvm.cttz.i64")
+        return builder.call(function, [args[0], ir.IntType(1)(1)])  # 0 is never passed: undefined there
 
     return signature, codegen
 
@@ -335,95 +361,130 @@ def part_of(b, parts):
 
 
 @compiled.njit(inline="always")
-def _prefetch_bucket(table, bucket, lines):
-    # The first `lines` (2 or 3) lines of the bucket. The index is clamped so the short tail bucket never forms an
-    # address past the table.
-    word = bucket * _BUCKET_WORDS
-    last = table.size - 1
-    _prefetch(table, word)
-    _prefetch(table, min(word + _LINE_WORDS, last))
-    if lines > 2:
-        _prefetch(table, min(word + 2 * _LINE_WORDS, last))
+def _tag_of(a):
+    """The tag of a key whose first hash word is `a`: its low byte, or 1 where that byte is 0 (0 marks an empty
+    slot). The bucket choices use the words' high 32 bits and the parts b's low 32 bits, so the tag is independent
+    of where the key sits."""
+    tag = a & _TAG_BYTE
+    return tag if tag != _ZERO else _ONE
 
 
 @compiled.njit(inline="always")
-def _prefetch_key(table, buckets_choice, buckets_all, parts, a, b, lines):
+def _zero_bytes(word):
+    """0x80 in each byte of `word` that is 0, 0 in every other byte (exact: no borrow carries into a byte)."""
+    return ~(((word & _TAG_LOW7) + _TAG_LOW7) | word | _TAG_LOW7)
+
+
+@compiled.njit(inline="always")
+def _first_byte(mask):
+    """The index of the lowest byte of `mask` (not 0) that has a bit set."""
+    return np.int64(_trailing_zeros(mask) >> _S3)
+
+
+@compiled.njit(inline="always")
+def _tag_word(stored):
+    """A bucket's tag word as stored, with slot k's tag in byte k (bits 8k to 8k + 7): the word itself on a
+    little-endian host, byte-swapped on a big-endian one. Takes the word, not the array: an inlined helper that
+    takes arrays costs the loops calling it reference counts."""
+    if _LITTLE_ENDIAN:  # a compile-time constant
+        return stored
+    word = _ZERO
+    for k in range(BUCKET_SLOTS):
+        word = (word << _S8) | ((stored >> np.uint64(8 * k)) & _TAG_BYTE)
+    return word
+
+
+@compiled.njit(inline="always")
+def _tag_matches(word, wanted):
+    """0x80 in each byte of a bucket's tag word that holds the tag repeated in every byte of `wanted` (an
+    occupied slot whose key may be the one looked for)."""
+    return _zero_bytes(word ^ wanted) & ~_zero_bytes(word)
+
+
+@compiled.njit(inline="always")
+def _candidates(a, b, buckets_choice, buckets_all, parts):
+    """The two candidate buckets of hash (a, b) (they may be equal)."""
     base = part_of(b, parts) * buckets_all
-    _prefetch_bucket(table, base + _bucket_of(a, buckets_choice), lines)
-    _prefetch_bucket(table, base + _bucket_of(b, buckets_choice), lines)
+    return base + _bucket_of(a, buckets_choice), base + _bucket_of(b, buckets_choice)
 
 
 @compiled.njit(inline="always")
-def _prefetch_lines(size, slots):
-    """How many lines of each candidate bucket an insert prefetches, from the fill of the probed slots. Below a
-    fifth full, a bucket holds under two keys on average and a scan almost never reaches its third line (slot 5
-    on): two lines. In a micro-benchmark, 1 M keys in 8.9 M slots (11%) inserted 32% faster so (63 → 43
-    ns an insert, bench/RESULTS.md). At a quarter full they measured alike; from half full, fewer lines measured
-    slower (a miss in the last line then costs a full round trip): three."""
-    return 2 if size * _SPARSE_FILL_DIVISOR < slots else 3
+def _likely_slot(word1, word2, bucket1, bucket2, a):
+    """The slot an insert or lookup of a key with first hash word `a` most likely reads, from its candidate
+    buckets' tag words: the first slot of its first bucket with its tag, else of its second, else the first empty
+    slot of its first bucket (its last if full). A hint for a prefetch only: it takes no array, so the loops that
+    call it per entry pay no reference counts (an inlined helper that takes arrays and branches measured ~30%
+    slower inserts), and on a big-endian host, where the bytes of a word are the other way round, it is merely a
+    wrong hint."""
+    wanted = _tag_of(a) * _TAG_ONES
+    match = _tag_matches(word1, wanted)
+    if match != _ZERO:
+        return bucket1 * BUCKET_SLOTS + _first_byte(match)
+    match = _tag_matches(word2, wanted)
+    if match != _ZERO:
+        return bucket2 * BUCKET_SLOTS + _first_byte(match)
+    return bucket1 * BUCKET_SLOTS + _first_byte(_zero_bytes(word1) | (_ONE << np.uint64(63)))
 
 
 @compiled.njit(inline="always")
-def _scan_bucket(table, slots, bucket, a, b):
-    """(slot holding hash (a, b), -1) or (-1, first empty slot) or (-1, -1) if the bucket is full."""
-    slot = bucket * BUCKET_SLOTS
-    end = min(slot + BUCKET_SLOTS, slots)
-    while slot < end:
-        word = slot * WORDS_PER_SLOT
-        if table[word + 2] == EMPTY_OFFSET_WORD:
-            return -1, slot
-        if table[word] == a and table[word + 1] == b:
-            return slot, -1
-        slot += 1
-    return -1, -1
-
-
-@compiled.njit(inline="always")
-def _find(table, slots, buckets_choice, buckets_all, parts, a, b):
+def _find(table, tags, slots, buckets_choice, buckets_all, parts, a, b):
     """(slot of key, -1) if present, else (-1, slot where a new key goes), or (-1, -1) if no slot is free.
 
     The probed slots are `parts` parts of `buckets_all` buckets each (one part: the whole table, as Kafka's); a
-    key lives in part `part_of(b, parts)`, in one of two buckets of its part's first `buckets_choice`, overflowing
-    into the next buckets of its part only."""
+    key lives in part `part_of(b, parts)`, in one of two buckets of its part's first `buckets_choice`: a new key
+    goes to the less full (the first on a tie), or, both full, overflows into the next buckets of its part after
+    the first. One loop scans them all in that order (first, second, then the chain), so that this probe, inlined
+    into every insert and lookup loop, holds one bucket scan: three measured ~25% slower inserts."""
+    wanted = _tag_of(a) * _TAG_ONES
     base = part_of(b, parts) * buckets_all
     b1 = base + _bucket_of(a, buckets_choice)
     b2 = base + _bucket_of(b, buckets_choice)  # may equal b1; scanning it twice is harmless
-    found, empty1 = _scan_bucket(table, slots, b1, a, b)
-    if found >= 0:
-        return found, -1
-    found, empty2 = _scan_bucket(table, slots, b2, a, b)
-    if found >= 0:
-        return found, -1
-    if empty1 >= 0 and (empty2 < 0 or empty1 - b1 * BUCKET_SLOTS <= empty2 - b2 * BUCKET_SLOTS):
-        return -1, empty1
-    if empty2 >= 0:
-        return -1, empty2
-    # Both candidate buckets are full (they stay full: nothing is deleted): follow the overflow chain.
-    bucket = b1
     end = base + buckets_all
-    for _ in range(buckets_all - 1):
+    bucket = b1
+    empty1 = -1
+    for step in range(buckets_all + 1):  # b1, b2, then the buckets after b1 but b1 (a chain of buckets_all - 1)
+        word = _tag_word(tags[bucket])
+        first = bucket * BUCKET_SLOTS
+        match = _tag_matches(word, wanted)
+        while match != _ZERO:
+            slot = first + _first_byte(match)
+            if table[slot * WORDS_PER_SLOT] == a and table[slot * WORDS_PER_SLOT + 1] == b:
+                return slot, -1
+            match &= match - _ONE
+        empty = _zero_bytes(word)
+        free = first + _first_byte(empty) if empty != _ZERO else slots
+        if free >= slots:  # a full bucket (the short tail bucket's tags past its last slot read as empty)
+            free = -1
+        if step == 0:
+            empty1 = free
+            bucket = b2
+            continue
+        if step == 1:
+            if empty1 >= 0 and (free < 0 or empty1 - b1 * BUCKET_SLOTS <= free - b2 * BUCKET_SLOTS):
+                return -1, empty1
+            if free >= 0:
+                return -1, free
+            bucket = b1  # both full (they stay full: nothing is deleted): the overflow chain after b1
+        elif free >= 0:
+            return -1, free
         bucket += 1
         if bucket == end:
             bucket = base
-        found, empty = _scan_bucket(table, slots, bucket, a, b)
-        if found >= 0:
-            return found, -1
-        if empty >= 0:
-            return -1, empty
     return -1, -1
 
 
 @compiled.njit(inline="always")
-def _store(table, slot, a, b, offset_word):
+def _store(table, tag_bytes, slot, a, b, offset_word):
     word = slot * WORDS_PER_SLOT
     table[word] = a
     table[word + 1] = b
     table[word + 2] = offset_word
+    tag_bytes[slot] = np.uint8(_tag_of(a))
 
 
 @compiled.njit(inline="always")
-def _lookup_one(table, slots, buckets_choice, buckets_all, parts, a, b):
-    found, _ = _find(table, slots, buckets_choice, buckets_all, parts, a, b)
+def _lookup_one(table, tags, slots, buckets_choice, buckets_all, parts, a, b):
+    found, _ = _find(table, tags, slots, buckets_choice, buckets_all, parts, a, b)
     if found < 0:
         return np.int64(-1)
     return np.int64(table[found * WORDS_PER_SLOT + 2] - _ONE)
@@ -434,22 +495,23 @@ def _lookup_one(table, slots, buckets_choice, buckets_all, parts, a, b):
 
 
 @compiled.njit(cache=True, nogil=True)
-def put_one(table, slots, buckets_choice, buckets_all, parts, a, b, offset, size, capacity):
+def put_one(table, tags, slots, buckets_choice, buckets_all, parts, a, b, offset, size, capacity):
     """Insert or overwrite one hash; returns (status, new size)."""
-    found, free = _find(table, slots, buckets_choice, buckets_all, parts, a, b)
+    tag_bytes = tags.view(np.uint8)
+    found, free = _find(table, tags, slots, buckets_choice, buckets_all, parts, a, b)
     if found >= 0:
         table[found * WORDS_PER_SLOT + 2] = np.uint64(offset) + _ONE
         return STATUS_UPDATED, size
     if size >= capacity or free < 0:  # free < 0 only when every slot is taken, i.e. size == slots
         return STATUS_FULL, size
-    _store(table, free, a, b, np.uint64(offset) + _ONE)
+    _store(table, tag_bytes, free, a, b, np.uint64(offset) + _ONE)
     return STATUS_INSERTED, size + 1
 
 
 @compiled.njit(cache=True, nogil=True)
-def get_one(table, slots, buckets_choice, buckets_all, parts, a, b):
+def get_one(table, tags, slots, buckets_choice, buckets_all, parts, a, b):
     """Offset stored for one hash, or -1."""
-    return _lookup_one(table, slots, buckets_choice, buckets_all, parts, a, b)
+    return _lookup_one(table, tags, slots, buckets_choice, buckets_all, parts, a, b)
 
 
 @compiled.njit(inline="always")
@@ -476,8 +538,8 @@ def offset_marked(bits, start, offset):
 
 
 @compiled.njit(inline="always")
-def _insert_entries(table, slots, buckets_choice, buckets_all, parts, select_parts, part, h1, h2, offsets, start, size,
-                    room, previous, bits, bits_start, shared):
+def _insert_entries(table, tags, tag_bytes, slots, buckets_choice, buckets_all, parts, select_parts, part, h1, h2,
+                    offsets, start, room, previous, bits, bits_start, shared):
     """The insert loop of `insert_hashes` and `insert_part` (inlined into each: with one part selected, the
     selection folds away): the entries from `start` whose key is in part `part` of `select_parts`, in order,
     until a new key would be the `room + 1`-th added; returns (the entry it stopped at, or h1.size; keys added).
@@ -486,20 +548,30 @@ def _insert_entries(table, slots, buckets_choice, buckets_all, parts, select_par
     track = previous.size > 0
     marking = bits.size > 0
     ahead = PREFETCH_DISTANCE * select_parts  # about PREFETCH_DISTANCE of this part's entries ahead
-    lines = _prefetch_lines(size, slots)
+    near = _SLOT_PREFETCH_DISTANCE * select_parts
+    last = table.size - 1
     for j in range(start, min(n, start + ahead)):
         if part_of(h2[j], select_parts) == part:
-            _prefetch_key(table, buckets_choice, buckets_all, parts, h1[j], h2[j], lines)
+            c1, c2 = _candidates(h1[j], h2[j], buckets_choice, buckets_all, parts)
+            _prefetch(tags, c1)
+            _prefetch(tags, c2)
     added = 0
     for i in range(start, n):
         j = i + ahead
         if j < n and part_of(h2[j], select_parts) == part:
-            _prefetch_key(table, buckets_choice, buckets_all, parts, h1[j], h2[j], lines)
+            c1, c2 = _candidates(h1[j], h2[j], buckets_choice, buckets_all, parts)
+            _prefetch(tags, c1)
+            _prefetch(tags, c2)
+        j = i + near
+        if j < n and part_of(h2[j], select_parts) == part:
+            c1, c2 = _candidates(h1[j], h2[j], buckets_choice, buckets_all, parts)
+            slot = _likely_slot(_tag_word(tags[c1]), _tag_word(tags[c2]), c1, c2, h1[j])
+            _prefetch(table, min(slot * WORDS_PER_SLOT, last))
         b = h2[i]
         if part_of(b, select_parts) != part:
             continue
         a = h1[i]
-        found, free = _find(table, slots, buckets_choice, buckets_all, parts, a, b)
+        found, free = _find(table, tags, slots, buckets_choice, buckets_all, parts, a, b)
         if found >= 0:
             word = found * WORDS_PER_SLOT + 2
             replaced = np.int64(table[word] - _ONE)
@@ -513,45 +585,46 @@ def _insert_entries(table, slots, buckets_choice, buckets_all, parts, select_par
             return i, added
         if track:
             previous[i] = -1
-        _store(table, free, a, b, np.uint64(offsets[i]) + _ONE)
+        _store(table, tag_bytes, free, a, b, np.uint64(offsets[i]) + _ONE)
         added += 1
     return n, added
 
 
 @compiled.njit(cache=True, nogil=True)
-def insert_hashes(table, slots, buckets_choice, buckets_all, parts, h1, h2, offsets, size, capacity, previous, bits,
-                  bits_start):
+def insert_hashes(table, tags, slots, buckets_choice, buckets_all, parts, h1, h2, offsets, size, capacity, previous,
+                  bits, bits_start):
     """Insert entries in order until one new key does not fit; returns (entries consumed, new size).
 
     When `previous` has an element per entry, previous[i] is set, for each consumed entry, to the offset the
     entry replaced (-1 for a new key); an empty `previous` asks for nothing. Each offset an entry replaces is
     also marked in the bitmap `bits` of the offsets from `bits_start` (`mark_offset`; an empty `bits`: none).
     """
-    consumed, added = _insert_entries(table, slots, buckets_choice, buckets_all, parts, 1, 0, h1, h2, offsets, 0,
-                                      size, capacity - size, previous, bits, bits_start, False)
+    consumed, added = _insert_entries(table, tags, tags.view(np.uint8), slots, buckets_choice, buckets_all, parts, 1,
+                                      0, h1, h2, offsets, 0, capacity - size, previous, bits, bits_start, False)
     return consumed, size + added
 
 
 @compiled.njit(cache=True, nogil=True)
-def insert_part(table, slots, buckets_choice, buckets_all, parts, select_parts, part, h1, h2, offsets, start, size,
+def insert_part(table, tags, slots, buckets_choice, buckets_all, parts, select_parts, part, h1, h2, offsets, start,
                 room, previous, bits, bits_start):
     """Insert in order the entries from `start` whose key is in part `part` of `select_parts` (`part_of`), until a
     new key would be the `room + 1`-th this call adds; returns (the entry it stopped at, or h1.size; keys added).
 
-    As `insert_hashes` for those entries (`size`, the keys in the table, only chooses the prefetch). Other threads
-    may insert the other parts' entries at the same time: with the table in `select_parts` parts, a call writes
-    only its own part's slots, previous[i] of its own entries, and `bits` with atomic ORs."""
-    return _insert_entries(table, slots, buckets_choice, buckets_all, parts, select_parts, part, h1, h2, offsets,
-                           start, size, room, previous, bits, bits_start, True)
+    As `insert_hashes` for those entries. Other threads may insert the other parts' entries at the same time: with
+    the table in `select_parts` parts of whole buckets (so of whole tag words), a call writes only its own part's
+    slots and tags, previous[i] of its own entries, and `bits` with atomic ORs."""
+    return _insert_entries(table, tags, tags.view(np.uint8), slots, buckets_choice, buckets_all, parts, select_parts,
+                           part, h1, h2, offsets, start, room, previous, bits, bits_start, True)
 
 
 @compiled.njit(cache=True, nogil=True)
-def rehash(table, old_slots, new_slots, buckets_choice, buckets_all, parts, scratch):
+def rehash(table, tags, old_slots, new_slots, buckets_choice, buckets_all, parts, scratch):
     """Move the entries of the first `old_slots` slots into the first `new_slots` (more) slots, each placed as an
     insert places it under the new geometry (`parts` parts of `buckets_all` buckets); returns how many moved (-1 if
     one found no slot, which an old part at most half full cannot cause). The entries pass through `scratch` (3
-    words an entry, room for every entry of the old part; outside the first `new_slots` slots), which is zero again
-    at the end."""
+    words an entry, room for every entry of the old part; outside the first `new_slots` slots, whose tags stay 0),
+    which is zero again at the end."""
+    tag_bytes = tags.view(np.uint8)
     n = 0
     for slot in range(old_slots):
         word = slot * WORDS_PER_SLOT
@@ -562,40 +635,59 @@ def rehash(table, old_slots, new_slots, buckets_choice, buckets_all, parts, scra
             scratch[out + 2] = table[word + 2]
             n += 1
     table[: old_slots * WORDS_PER_SLOT] = EMPTY_OFFSET_WORD
+    tag_bytes[:old_slots] = 0
     active = table[: new_slots * WORDS_PER_SLOT]
     moved = n
-    lines = _prefetch_lines(n, new_slots)
+    last = active.size - 1
     for j in range(min(n, PREFETCH_DISTANCE)):
-        _prefetch_key(active, buckets_choice, buckets_all, parts, scratch[j * WORDS_PER_SLOT],
-                      scratch[j * WORDS_PER_SLOT + 1], lines)
+        c1, c2 = _candidates(scratch[j * WORDS_PER_SLOT], scratch[j * WORDS_PER_SLOT + 1], buckets_choice,
+                             buckets_all, parts)
+        _prefetch(tags, c1)
+        _prefetch(tags, c2)
     for i in range(n):
         j = (i + PREFETCH_DISTANCE) * WORDS_PER_SLOT
         if j < n * WORDS_PER_SLOT:
-            _prefetch_key(active, buckets_choice, buckets_all, parts, scratch[j], scratch[j + 1], lines)
+            c1, c2 = _candidates(scratch[j], scratch[j + 1], buckets_choice, buckets_all, parts)
+            _prefetch(tags, c1)
+            _prefetch(tags, c2)
+        j = (i + _SLOT_PREFETCH_DISTANCE) * WORDS_PER_SLOT
+        if j < n * WORDS_PER_SLOT:
+            c1, c2 = _candidates(scratch[j], scratch[j + 1], buckets_choice, buckets_all, parts)
+            slot = _likely_slot(_tag_word(tags[c1]), _tag_word(tags[c2]), c1, c2, scratch[j])
+            _prefetch(active, min(slot * WORDS_PER_SLOT, last))
         word = i * WORDS_PER_SLOT
         a = scratch[word]
         b = scratch[word + 1]
-        _, free = _find(active, new_slots, buckets_choice, buckets_all, parts, a, b)
+        _, free = _find(active, tags, new_slots, buckets_choice, buckets_all, parts, a, b)
         if free < 0:
             moved = -1
             break
-        _store(active, free, a, b, scratch[word + 2])
+        _store(active, tag_bytes, free, a, b, scratch[word + 2])
     scratch[: n * WORDS_PER_SLOT] = EMPTY_OFFSET_WORD
     return moved
 
 
 @compiled.njit(cache=True, nogil=True)
-def lookup_hashes(table, slots, buckets_choice, buckets_all, parts, h1, h2, out):
+def lookup_hashes(table, tags, slots, buckets_choice, buckets_all, parts, h1, h2, out):
     """out[i] = offset stored for (h1[i], h2[i]) or -1."""
     n = h1.size
-    lines = 3  # the fill is not known here
+    last = table.size - 1
     for j in range(min(n, PREFETCH_DISTANCE)):
-        _prefetch_key(table, buckets_choice, buckets_all, parts, h1[j], h2[j], lines)
+        c1, c2 = _candidates(h1[j], h2[j], buckets_choice, buckets_all, parts)
+        _prefetch(tags, c1)
+        _prefetch(tags, c2)
     for i in range(n):
         j = i + PREFETCH_DISTANCE
         if j < n:
-            _prefetch_key(table, buckets_choice, buckets_all, parts, h1[j], h2[j], lines)
-        out[i] = _lookup_one(table, slots, buckets_choice, buckets_all, parts, h1[i], h2[i])
+            c1, c2 = _candidates(h1[j], h2[j], buckets_choice, buckets_all, parts)
+            _prefetch(tags, c1)
+            _prefetch(tags, c2)
+        j = i + _SLOT_PREFETCH_DISTANCE
+        if j < n:
+            c1, c2 = _candidates(h1[j], h2[j], buckets_choice, buckets_all, parts)
+            slot = _likely_slot(_tag_word(tags[c1]), _tag_word(tags[c2]), c1, c2, h1[j])
+            _prefetch(table, min(slot * WORDS_PER_SLOT, last))
+        out[i] = _lookup_one(table, tags, slots, buckets_choice, buckets_all, parts, h1[i], h2[i])
 
 
 @compiled.njit(inline="always")
@@ -608,16 +700,17 @@ def _hash_span(buf, key_pos, key_len, seed_word, i):
 
 @compiled.njit(cache=True, nogil=True)
 def insert_spans(
-    table, slots, buckets_choice, buckets_all, parts, buf, key_pos, key_len, offsets, seed_word, size, capacity
+    table, tags, slots, buckets_choice, buckets_all, parts, buf, key_pos, key_len, offsets, seed_word, size, capacity
 ):
     """Hash keys in place and insert them; null keys (length -1) are skipped but consumed.
 
-    Returns (entries consumed, new size). Key i + PREFETCH_DISTANCE is hashed (and its buckets prefetched)
-    while key i is inserted, so hashing runs while the table's cache misses are outstanding; the hashes wait in
-    a ring of PREFETCH_DISTANCE entries.
+    Returns (entries consumed, new size). Key i + PREFETCH_DISTANCE is hashed (and its buckets' tags prefetched)
+    while key i is inserted, so hashing runs while the cache misses are outstanding; the hashes wait in a ring of
+    PREFETCH_DISTANCE entries, from which key i + _SLOT_PREFETCH_DISTANCE's likely slot is prefetched.
     """
+    tag_bytes = tags.view(np.uint8)
     n = key_pos.size
-    lines = _prefetch_lines(size, slots)
+    last = table.size - 1
     ring_h1 = np.empty(PREFETCH_DISTANCE, np.uint64)
     ring_h2 = np.empty(PREFETCH_DISTANCE, np.uint64)
     for j in range(min(n, PREFETCH_DISTANCE)):
@@ -625,7 +718,9 @@ def insert_spans(
         ring_h1[j] = a
         ring_h2[j] = b
         if key_len[j] >= 0:
-            _prefetch_key(table, buckets_choice, buckets_all, parts, a, b, lines)
+            c1, c2 = _candidates(a, b, buckets_choice, buckets_all, parts)
+            _prefetch(tags, c1)
+            _prefetch(tags, c2)
     for i in range(n):
         r = i % PREFETCH_DISTANCE
         a = ring_h1[r]
@@ -636,25 +731,33 @@ def insert_spans(
             ring_h1[r] = a_next
             ring_h2[r] = b_next
             if key_len[j] >= 0:
-                _prefetch_key(table, buckets_choice, buckets_all, parts, a_next, b_next, lines)
+                c1, c2 = _candidates(a_next, b_next, buckets_choice, buckets_all, parts)
+                _prefetch(tags, c1)
+                _prefetch(tags, c2)
+        j = i + _SLOT_PREFETCH_DISTANCE
+        if j < n and key_len[j] >= 0:
+            q = j % PREFETCH_DISTANCE
+            c1, c2 = _candidates(ring_h1[q], ring_h2[q], buckets_choice, buckets_all, parts)
+            slot = _likely_slot(_tag_word(tags[c1]), _tag_word(tags[c2]), c1, c2, ring_h1[q])
+            _prefetch(table, min(slot * WORDS_PER_SLOT, last))
         if key_len[i] < 0:
             continue
-        found, free = _find(table, slots, buckets_choice, buckets_all, parts, a, b)
+        found, free = _find(table, tags, slots, buckets_choice, buckets_all, parts, a, b)
         if found >= 0:
             table[found * WORDS_PER_SLOT + 2] = np.uint64(offsets[i]) + _ONE
             continue
         if size >= capacity or free < 0:
             return i, size
-        _store(table, free, a, b, np.uint64(offsets[i]) + _ONE)
+        _store(table, tag_bytes, free, a, b, np.uint64(offsets[i]) + _ONE)
         size += 1
     return n, size
 
 
 @compiled.njit(cache=True, nogil=True)
-def lookup_spans(table, slots, buckets_choice, buckets_all, parts, buf, key_pos, key_len, seed_word, out):
+def lookup_spans(table, tags, slots, buckets_choice, buckets_all, parts, buf, key_pos, key_len, seed_word, out):
     """out[i] = offset stored for the key at span i, or -1 (always -1 for a null key); pipelined as insert_spans."""
     n = key_pos.size
-    lines = 3  # the fill is not known here
+    last = table.size - 1
     ring_h1 = np.empty(PREFETCH_DISTANCE, np.uint64)
     ring_h2 = np.empty(PREFETCH_DISTANCE, np.uint64)
     for j in range(min(n, PREFETCH_DISTANCE)):
@@ -662,7 +765,9 @@ def lookup_spans(table, slots, buckets_choice, buckets_all, parts, buf, key_pos,
         ring_h1[j] = a
         ring_h2[j] = b
         if key_len[j] >= 0:
-            _prefetch_key(table, buckets_choice, buckets_all, parts, a, b, lines)
+            c1, c2 = _candidates(a, b, buckets_choice, buckets_all, parts)
+            _prefetch(tags, c1)
+            _prefetch(tags, c2)
     for i in range(n):
         r = i % PREFETCH_DISTANCE
         a = ring_h1[r]
@@ -673,8 +778,16 @@ def lookup_spans(table, slots, buckets_choice, buckets_all, parts, buf, key_pos,
             ring_h1[r] = a_next
             ring_h2[r] = b_next
             if key_len[j] >= 0:
-                _prefetch_key(table, buckets_choice, buckets_all, parts, a_next, b_next, lines)
+                c1, c2 = _candidates(a_next, b_next, buckets_choice, buckets_all, parts)
+                _prefetch(tags, c1)
+                _prefetch(tags, c2)
+        j = i + _SLOT_PREFETCH_DISTANCE
+        if j < n and key_len[j] >= 0:
+            q = j % PREFETCH_DISTANCE
+            c1, c2 = _candidates(ring_h1[q], ring_h2[q], buckets_choice, buckets_all, parts)
+            slot = _likely_slot(_tag_word(tags[c1]), _tag_word(tags[c2]), c1, c2, ring_h1[q])
+            _prefetch(table, min(slot * WORDS_PER_SLOT, last))
         if key_len[i] < 0:
             out[i] = -1
         else:
-            out[i] = _lookup_one(table, slots, buckets_choice, buckets_all, parts, a, b)
+            out[i] = _lookup_one(table, tags, slots, buckets_choice, buckets_all, parts, a, b)

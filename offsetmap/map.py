@@ -31,12 +31,13 @@ Semantics, matched to Kafka's `SkimpyOffsetMap` + `Cleaner.buildOffsetMap`:
 * Kafka refuses to start a cleaner whose map cannot hold more than one key (`slots x load_factor > 1`); the
   constructor applies the same rule.
 
-Memory: one uint64 table of `3 x slots` words, `nbytes == slots x 24` exactly, reserved once in the
+Memory: one uint64 table of `3 x slots` words, `nbytes == slots x 24` exactly, and beside it one tag byte a slot
+(`tags`; 1/24 more, outside the budget, which buys Kafka's slot count), each reserved once in the
 constructor as an anonymous private mapping (page-aligned, so a bucket of 8 slots is exactly three cache lines)
 and reused by `clear`/`reset`. An empty slot is all zero bits, so the fresh mapping is an empty table that costs
 no memory until a slot is written; the mapping asks for transparent huge pages (`MADV_HUGEPAGE`: 512x fewer page
 faults and TLB misses on random probes), and `clear` hands the written pages back to the kernel
-(`MADV_DONTNEED`; they read as zeros again) instead of writing zeros over the whole table. So a daemon's
+(`MADV_DONTNEED`, the tags' too; they read as zeros again) instead of writing zeros over the whole table. So a daemon's
 resident memory between rounds holds no map, and a round pays only for the pages it touches. Where `madvise` is
 not available the table is filled with zeros instead.
 
@@ -192,6 +193,8 @@ class OffsetMap:
         "_slots",
         "_split",
         "_table",
+        "_tags",
+        "_tags_mapping",
     )
 
     def __init__(self, memory_bytes: int, load_factor: float = LOAD_FACTOR_DEFAULT, seed: int = 0) -> None:
@@ -225,6 +228,7 @@ class OffsetMap:
         self._slots = slots
         self._capacity = _capacity(slots, factor)
         self._mapping, self._table = _allocate_table(slots)
+        self._tags_mapping, self._tags = _allocate_tags(slots)
         self._size = 0
         self._latest_offset = -1
         self._split = 1
@@ -304,6 +308,15 @@ class OffsetMap:
         view.flags.writeable = False
         return view
 
+    @property
+    def tags(self) -> np.ndarray:
+        """Read-only uint8 view of the slots' tags, one a slot: 0 for an empty slot, else the low byte of its h1 (1
+        where that byte is 0). The kernels read a bucket's 8 tags as one word and compare the table's words only
+        where a tag matches (docs/design.md, "The table and its kernels")."""
+        view = self._tags.view(np.uint8)[: self._slots]
+        view.flags.writeable = False
+        return view
+
     def __repr__(self) -> str:
         return (
             f"OffsetMap(slots={self._slots}, capacity={self._capacity}, active_slots={self._active_slots}, size={self._size}, "
@@ -329,6 +342,7 @@ class OffsetMap:
         while True:
             status, size = k.put_one(
                 self._active,
+                self._tags,
                 self._region_slots,
                 self._buckets_choice,
                 self._buckets_all,
@@ -351,7 +365,7 @@ class OffsetMap:
         h1, h2 = hash_key(key, self._seed)
         return int(
             kernels().get_one(
-                self._active, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, np.uint64(h1),
+                self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, np.uint64(h1),
                 np.uint64(h2),
             )
         )
@@ -404,7 +418,7 @@ class OffsetMap:
                 return self._insert_parts(words1, words2, offs, replaced, bits, bits_start, run)
             self._unsplit()  # an entry may be refused: in input order, in one part
         return self._insert_growing(count, offs, lambda done: kernels().insert_hashes(
-            self._active, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, words1[done:],
+            self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, words1[done:],
             words2[done:], offs[done:], self._size, self._limit, replaced[done:], bits, bits_start,
         ))
 
@@ -419,7 +433,7 @@ class OffsetMap:
         count = _inputs.same_length(h1=words1, h2=words2)
         result = _output(out, count)
         kernels().lookup_hashes(
-            self._active, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, words1, words2,
+            self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, words1, words2,
             result,
         )
         return result
@@ -450,7 +464,7 @@ class OffsetMap:
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
         self._unsplit()
         return self._insert_growing(count, offs, lambda done: kernels().insert_spans(
-            self._active, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, buffer,
+            self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, buffer,
             positions[done:],
             lengths[done:], offs[done:], np.uint64(self._seed), self._size, self._limit,
         ))
@@ -475,6 +489,7 @@ class OffsetMap:
         result = _output(out, count)
         kernels().lookup_spans(
             self._active,
+            self._tags,
             self._region_slots,
             self._buckets_choice,
             self._buckets_all,
@@ -498,6 +513,10 @@ class OffsetMap:
             self._mapping.madvise(_MADV_DONTNEED)
         else:
             self._table.fill(kernels().EMPTY_OFFSET_WORD)
+        if self._tags_mapping is not None and _MADV_DONTNEED is not None:
+            self._tags_mapping.madvise(_MADV_DONTNEED)
+        else:
+            self._tags.fill(0)
         self._size = 0
         self._part_sizes = [0] * self._split
         self._latest_offset = -1
@@ -570,9 +589,9 @@ class OffsetMap:
         while todo:
             if self._parts == split:  # each call writes only its own part's slots
                 calls = [functools.partial(
-                    k.insert_part, self._active, self._region_slots, self._buckets_choice, self._buckets_all, split,
-                    split, p, words1, words2, offs, starts[p], self._size, self._part_limit() - sizes[p],
-                    replaced, bits, bits_start) for p in todo]
+                    k.insert_part, self._active, self._tags, self._region_slots, self._buckets_choice,
+                    self._buckets_all, split, split, p, words1, words2, offs, starts[p],
+                    self._part_limit() - sizes[p], replaced, bits, bits_start) for p in todo]
                 results = run(calls) if run is not None and len(calls) > 1 else [call() for call in calls]
                 for p, (stop, added) in zip(todo, results, strict=True):
                     starts[p], sizes[p] = int(stop), sizes[p] + int(added)
@@ -580,8 +599,8 @@ class OffsetMap:
             else:  # one part now: the rest of each part's entries in turn, on this thread
                 for p in todo:
                     stop, added = k.insert_part(
-                        self._active, self._region_slots, self._buckets_choice, self._buckets_all, self._parts,
-                        split, p, words1, words2, offs, starts[p], self._size, self._limit - self._size, replaced,
+                        self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all,
+                        self._parts, split, p, words1, words2, offs, starts[p], self._limit - self._size, replaced,
                         bits, bits_start)
                     starts[p] = int(stop)
                     self._size += int(added)
@@ -635,7 +654,8 @@ class OffsetMap:
         passage = spare[:words] if len(spare) >= words else np.zeros(words, dtype=np.uint64)
         old = self._region_slots
         self._use_region(new, parts)
-        moved = int(kernels().rehash(self._table, old, new, self._buckets_choice, self._buckets_all, parts, passage))
+        moved = int(kernels().rehash(self._table, self._tags, old, new, self._buckets_choice, self._buckets_all, parts,
+                                     passage))
         if moved != self._size:
             raise AssertionError(f"offset map growth moved {moved} of {self._size} keys")
 
@@ -712,6 +732,18 @@ def _allocate_table(slots: int) -> tuple[mmap.mmap | None, np.ndarray]:
         table = np.frombuffer(mapping, dtype=np.uint64)
     assert table.ctypes.data % _TABLE_ALIGN_BYTES == 0 and table.nbytes == table_bytes
     return mapping, table
+
+
+def _allocate_tags(slots: int) -> tuple[mmap.mmap | None, np.ndarray]:
+    """(mapping, zeroed uint64 array of one word a bucket: the tag bytes of `slots` slots, the short tail bucket's
+    word whole). An anonymous private mapping (4 KiB pages: a 256 MiB table's tags are 11 MiB, probed a byte at a
+    time), a plain zeroed numpy array (mapping None) where anonymous mappings are not available."""
+    words = -(-slots // BUCKET_SLOTS)
+    try:
+        mapping = mmap.mmap(-1, words * 8, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - platforms without anonymous mmap
+        return None, np.zeros(words, dtype=np.uint64)
+    return mapping, np.frombuffer(mapping, dtype=np.uint64)
 
 
 _MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)

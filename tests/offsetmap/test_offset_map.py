@@ -179,6 +179,61 @@ def test_keys_whose_candidate_buckets_are_full_overflow_and_stay_findable():
     assert m.size == 64
 
 
+def _expected_tags(m: OffsetMap) -> np.ndarray:
+    """The tag of every slot from the table alone: 0 where empty, else h1's low byte (1 where that is 0)."""
+    table = m.table
+    low = (table[:, 0] & np.uint64(0xFF)).astype(np.uint8)
+    return np.where(table[:, 2] == 0, 0, np.where(low == 0, 1, low)).astype(np.uint8)
+
+
+def test_tags_mirror_the_table_through_growth_parts_overwrites_and_clear():
+    m = OffsetMap(memory_bytes_for_keys(400_000))
+    m.reset(5, expected_keys=400_000, parts=2)  # a region in two parts that grows, then one part
+    h1, h2 = random_hashes(300_000, seed=21)
+    h1[::7] &= ~np.uint64(0xFF)  # low byte 0: tag 1, as a low byte 1 gives
+    bits = np.zeros(100_000, dtype=np.uint8)
+    with ThreadPoolExecutor(1) as pool:
+        def run(calls):
+            futures = [pool.submit(call) for call in calls[1:]]
+            return [calls[0](), *(f.result() for f in futures)]
+
+        assert m.insert_hashes(h1, h2, np.arange(300_000), superseded=(bits, 0), run=run) == 300_000
+    assert np.array_equal(m.tags, _expected_tags(m))
+    m.put(b"one more", 300_000)  # one part from here on
+    assert m.insert_hashes(h1[::-3], h2[::-3], np.arange(300_001, 300_001 + len(h1[::-3]))) == len(h1[::-3])
+    assert np.count_nonzero(m.tags) == m.size == 300_001
+    assert np.array_equal(m.tags, _expected_tags(m))
+    m.clear()
+    assert not m.tags.any()
+
+
+def test_keys_sharing_a_tag_and_a_bucket_are_told_apart_by_their_hash():
+    m = OffsetMap(64 * BYTES_PER_SLOT, load_factor=1.0)  # 8 buckets of 8 slots
+    # High 32 bits zero (both candidate buckets are bucket 0) and low bytes 0 or 1 (tag 1): 20 keys whose tags are
+    # all alike, so every slot of their chain matches the tag and only the hash words tell them apart.
+    crowd1 = (np.arange(20, dtype=np.uint64) << np.uint64(8)) | (np.arange(20, dtype=np.uint64) & np.uint64(1))
+    crowd2 = np.arange(1, 21, dtype=np.uint64)
+    assert m.insert_hashes(crowd1, crowd2, np.arange(20)) == 20
+    assert m.lookup_hashes(crowd1, crowd2).tolist() == list(range(20))
+    assert m.lookup_hashes(crowd1, crowd2 + np.uint64(100)).tolist() == [-1] * 20  # same tag and h1, other h2
+    m.insert_hashes(crowd1[::-1], crowd2[::-1], np.arange(20, 40))
+    assert m.lookup_hashes(crowd1, crowd2).tolist() == list(range(39, 19, -1))
+    assert m.size == 20
+    assert set(m.tags[m.tags > 0].tolist()) == {1}
+    assert np.array_equal(m.tags, _expected_tags(m))
+
+
+def test_a_full_short_tail_bucket_keeps_its_tags_to_its_slots():
+    slots = 37  # four whole buckets and a short tail bucket of five slots
+    m = OffsetMap(slots * BYTES_PER_SLOT, load_factor=1.0)
+    h1, h2 = random_hashes(slots, seed=3)
+    assert m.insert_hashes(h1, h2, np.arange(slots)) == slots
+    assert m.tags.all() and np.array_equal(m.tags, _expected_tags(m))
+    assert m._tags.view(np.uint8)[slots:].tolist() == [0, 0, 0]  # the tail word's bytes past the last slot
+    extra1, extra2 = random_hashes(3, seed=4)
+    assert m.insert_hashes(extra1, extra2, np.arange(slots, slots + 3)) == 0
+
+
 # ------------------------------------------------------------------------------------ spans
 
 
