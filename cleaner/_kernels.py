@@ -473,7 +473,7 @@ def window_horizons(
 # ---- the records a window adds to the offset map (`cleaner.indexing`) ---------------------------------------------
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def select_keys(offsets, key_len, batch_index, magic, attributes, aborted, first_dirty, first_uncleanable,
                 in_arena, out_offsets, out_rows, out_in_arena):
     """The records of a window the index phase inserts, in order: keyed, with an offset in [first_dirty,
@@ -496,7 +496,7 @@ def select_keys(offsets, key_len, batch_index, magic, attributes, aborted, first
     return count
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def producer_last_batches(producer_id, magic, attributes, last_offset, table_producer_id, table_last_data,
                           table_last_entry, table_last_timestamp, table_open_first, expired_before, out):
     """out[i]: v2 batch i holds its producer's last data offset (Kafka's isBatchLastRecordOfProducer), by the
@@ -611,7 +611,7 @@ def marker_runs(producer_id, marker, written, out, pids, first, before, after):
     return count
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def producer_rows(buf, producer_id, is_control, is_transactional, base_offset, last_offset, max_timestamp,
                   records_count, attributes, records_in_arena, records_pos, records_bytes, columns, flags, batch,
                   status):
@@ -733,7 +733,7 @@ def _in_transaction(pid, base, txn_producer_id, txn_first, txn_marker):
     return j >= 0 and txn_producer_id[j] == pid and base <= txn_marker[j]
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def in_transactions(producer_id, base_offset, candidate, txn_producer_id, txn_first, txn_marker, out):
     """out[i]: `candidate` batch i (producer id, base offset) lies in one of the given transactions
     (`_in_transaction`)."""
@@ -755,7 +755,7 @@ def _first_above(a, value, lo):
     return lo
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def drop_aborted(offsets, h1, h2, producer_id, base_offset, last_offset, txn_producer_id, txn_first, txn_marker):
     """Remove from a window's selected records (offsets ascending, with their hashes h1, h2) those of the data
     batches (producer id, base and last offset, in offset order) that lie in one of the given aborted
@@ -788,7 +788,7 @@ def drop_aborted(offsets, h1, h2, producer_id, base_offset, last_offset, txn_pro
     return kept
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def window_figures(base_offset, last_offset, is_legacy, compression, max_timestamp, delete_horizon_ms, records_count,
                    floor, ceiling, check, out):
     """The survey's figures of one scanned window, in one walk: out[0] the first batch whose offsets are out of

@@ -35,7 +35,8 @@ from typing import Any
 
 from segments.codec import compiled
 
-__all__ = ["build_module", "compile_bytecode", "ensure_compiled", "remove_other_numba_caches", "stamp_path"]
+__all__ = ["build_module", "compile_bytecode", "ensure_compiled", "export_flags", "remove_other_numba_caches",
+           "stamp_path"]
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +283,25 @@ def _int64s(values: list[int]) -> Any:
     return np.array(values, dtype=np.int64)
 
 
+def export_flags(flags: Any, func: Any, bare: set[Any]) -> Any:
+    """pycc's compiler flags for one export: a copy of `flags`, with the GIL released, and without reference
+    counting where `func` is in `bare` (declared with `compiled.BARE`)."""
+    flags = flags.copy()
+    flags.release_gil = True
+    if func in bare:
+        flags.nrt = False
+    return flags
+
+
+def _bare_functions() -> set[Any]:
+    """The Python functions of every kernel this process compiled with `compiled.BARE`."""
+    from numba.core.registry import CPUDispatcher
+
+    return {value.py_func for name, module in list(sys.modules.items())
+            if module is not None and name.startswith(_KERNEL_PACKAGES)
+            for value in list(vars(module).values()) if isinstance(value, CPUDispatcher) and compiled.bare(value)}
+
+
 def _exports() -> list[tuple[str, Any, list[Any]]]:
     """(symbol, Python function, its numba signatures) of every kernel this process has compiled."""
     from numba.core.registry import CPUDispatcher
@@ -332,12 +352,13 @@ def build_module(folder: Path, print_: str) -> Path:
                for symbol, _, signatures in exports}
 
     # pycc compiles every export with one Flags object that a compilation may change (numba turns SSA off for
-    # some functions), and never releases the GIL: each export gets its own copy, with the GIL released.
+    # some functions), and never releases the GIL: each export gets its own copy, with the GIL released, and
+    # without reference counting where the kernel was declared so (`compiled.BARE`).
     original: Any = pycc_compiler.compile_extra
+    bare = _bare_functions()
 
     def compile_one(*args: Any, **kwargs: Any) -> Any:  # compile_extra(typingctx, targetctx, func, args,
-        flags = args[5].copy()  # return_type, flags, locals=..., library=...)
-        flags.release_gil = True
+        flags = export_flags(args[5], args[2], bare)  # return_type, flags, locals=..., library=...)
         return original(*args[:5], flags, *args[6:], **kwargs)
 
     with tempfile.TemporaryDirectory(prefix="logcleaner-aot-") as tmp:

@@ -277,7 +277,7 @@ def _murmur3_x64_128(buf, pos, length, seed_word):
     return h1, h2
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def check_spans(buffer_bytes, key_pos, key_len):
     """Index of the first span not inside a buffer of `buffer_bytes` bytes (length -1 is a null key), or -1."""
     for i in range(key_pos.size):
@@ -290,7 +290,7 @@ def check_spans(buffer_bytes, key_pos, key_len):
     return -1
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def hash_spans(buf, key_pos, key_len, seed_word, out_h1, out_h2):
     """Hash each key span in place in `buf`; a null key (length -1) gets (0, 0). Spans must be checked."""
     for i in range(key_pos.size):
@@ -304,7 +304,7 @@ def hash_spans(buf, key_pos, key_len, seed_word, out_h1, out_h2):
             out_h2[i] = b
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def hash_rows(buf_a, buf_b, key_pos, key_len, rows, in_b, seed_word, out_h1, out_h2):
     """Hash the key spans `rows[j]` in place, in `buf_b` where `in_b[j]`, else in `buf_a`; a null key (length -1)
     gets (0, 0). Checks as it goes: returns -1, or the first j whose row is not an index of the spans or whose
@@ -332,7 +332,7 @@ def hash_rows(buf_a, buf_b, key_pos, key_len, rows, in_b, seed_word, out_h1, out
     return -1
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def check_offsets(offsets, offset_min):
     """Index of the first offset below `offset_min` or below its predecessor, or -1 if they all pass."""
     previous = offset_min
@@ -494,7 +494,7 @@ def _lookup_one(table, tags, slots, buckets_choice, buckets_all, parts, a, b):
 # a helper that returns a status: that measured ~5-10% faster at 90% fill.
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def put_one(table, tags, slots, buckets_choice, buckets_all, parts, a, b, offset, size, capacity):
     """Insert or overwrite one hash; returns (status, new size)."""
     tag_bytes = tags.view(np.uint8)
@@ -508,7 +508,7 @@ def put_one(table, tags, slots, buckets_choice, buckets_all, parts, a, b, offset
     return STATUS_INSERTED, size + 1
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def get_one(table, tags, slots, buckets_choice, buckets_all, parts, a, b):
     """Offset stored for one hash, or -1."""
     return _lookup_one(table, tags, slots, buckets_choice, buckets_all, parts, a, b)
@@ -590,7 +590,7 @@ def _insert_entries(table, tags, tag_bytes, slots, buckets_choice, buckets_all, 
     return n, added
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def insert_hashes(table, tags, slots, buckets_choice, buckets_all, parts, h1, h2, offsets, size, capacity, previous,
                   bits, bits_start):
     """Insert entries in order until one new key does not fit; returns (entries consumed, new size).
@@ -604,7 +604,7 @@ def insert_hashes(table, tags, slots, buckets_choice, buckets_all, parts, h1, h2
     return consumed, size + added
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def insert_part(table, tags, slots, buckets_choice, buckets_all, parts, select_parts, part, h1, h2, offsets, start,
                 room, previous, bits, bits_start):
     """Insert in order the entries from `start` whose key is in part `part` of `select_parts` (`part_of`), until a
@@ -617,7 +617,7 @@ def insert_part(table, tags, slots, buckets_choice, buckets_all, parts, select_p
                            part, h1, h2, offsets, start, room, previous, bits, bits_start, True)
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def rehash(table, tags, old_slots, new_slots, buckets_choice, buckets_all, parts, scratch):
     """Move the entries of the first `old_slots` slots into the first `new_slots` (more) slots, each placed as an
     insert places it under the new geometry (`parts` parts of `buckets_all` buckets); returns how many moved (-1 if
@@ -667,7 +667,7 @@ def rehash(table, tags, old_slots, new_slots, buckets_choice, buckets_all, parts
     return moved
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def lookup_hashes(table, tags, slots, buckets_choice, buckets_all, parts, h1, h2, out):
     """out[i] = offset stored for (h1[i], h2[i]) or -1."""
     n = h1.size

@@ -104,7 +104,7 @@ E_OFFSET_DELTA = 32
 E_REGION_TRAILING = 33
 E_LEGACY_INNER_SIZE_MIN = 34
 
-_jit = compiled.njit(cache=True, nogil=True)
+_jit = compiled.njit(cache=True, nogil=True, **compiled.BARE)  # these kernels allocate nothing
 _inline = compiled.njit(cache=True, nogil=True, inline="always")
 
 
@@ -202,7 +202,7 @@ def _varlong_slow(d, p, end):
     return np.int64(0), np.int64(-2)
 
 
-@compiled.njit("void(int64[::1], int64, int64, int64, int64, int64, int64)", cache=True, nogil=True)
+@compiled.njit("void(int64[::1], int64, int64, int64, int64, int64, int64)", cache=True, nogil=True, **compiled.BARE)
 def _fail(info, code, position, batch, d1, d2, d3):
     info[INFO_CODE] = code
     info[INFO_POSITION] = position

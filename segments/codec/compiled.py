@@ -360,6 +360,20 @@ def _array_checks(spec: list[list[Any]]) -> tuple[int, tuple[tuple[int, np.dtype
                             if arg[0] == "array")
 
 
+# numba options of a kernel that allocates no array: no reference counting at all (numba's `_nrt=False`). numba
+# counts references to every array a function hands to an inlined helper or a call; where the helper branches, or is
+# called per batch, the counts stay in the per-record loops as calls and atomic operations (NRT_incref/NRT_decref:
+# 6-8% of a W2 clean's CPU, bench/RESULTS.md, eighteenth round). A kernel with them off must not allocate (numba
+# refuses to compile one that does) nor return an array; the views it makes live only inside it. The AOT build
+# compiles such a kernel with them off too (`cleaner.kernel_cache.build_module`).
+BARE = {"_nrt": False}
+
+
+def bare(dispatcher: Any) -> bool:
+    """Whether a numba dispatcher was made with `BARE` (no reference counting)."""
+    return dispatcher.targetoptions.get("_nrt", True) is False
+
+
 def njit(*signature: Any, **options: Any) -> Callable[[Callable[..., Any]], Any]:
     """numba.njit(*signature, **options), or, when the built module serves this process, a `Kernel` (the built function
     for an exported kernel; the placeholder of one that only other kernels call)."""

@@ -234,3 +234,42 @@ def test_a_map_filled_in_parts_runs_on_the_built_module():
                           timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["2", "True", "False"]
+
+
+def test_a_kernel_declared_bare_is_compiled_without_reference_counts_in_the_jit_and_the_build():
+    """`compiled.BARE` kernels (they allocate nothing) carry no reference counts (NRT_incref/NRT_decref calls): the
+    hot kernels are declared so (an allocating one is not), numba's JIT compiles one with its options to IR without
+    any NRT call, and the build compiles such an export with reference counting off (`export_flags`)."""
+    code = (
+        "import re, numba, numpy as np\n"
+        "from offsetmap import _kernels as k\n"
+        "from segments.codec import _scan_kernels as s, compiled\n"
+        "from cleaner import _kernels as c\n"
+        "hot = (s._walk_v2, s.finish_window, s.count_batches, k.hash_rows, k.insert_hashes, k.insert_part, k.rehash,\n"
+        "       k.lookup_hashes, c.select_keys, c.drop_aborted)\n"
+        "options = {o: v for o, v in k.hash_rows.targetoptions.items() if o not in ('cache', 'nopython')}\n"
+        "fresh = numba.njit(**options)(k.hash_rows.py_func)\n"
+        "buf = np.frombuffer(b'abcdefgh', dtype=np.uint8)\n"
+        "pos, lens = np.array([0, 4], dtype=np.int64), np.array([4, 4], dtype=np.int32)\n"
+        "rows, in_b = np.array([0, 1], dtype=np.int64), np.zeros(2, dtype=np.bool_)\n"
+        "h1, h2 = np.empty(2, dtype=np.uint64), np.empty(2, dtype=np.uint64)\n"
+        "assert fresh(buf, buf, pos, lens, rows, in_b, np.uint64(7), h1, h2) == -1\n"
+        "ir = '\\n'.join(fresh.inspect_llvm().values())\n"
+        "print(all(compiled.bare(f) for f in hot), compiled.bare(k.insert_spans), sorted(set(re.findall(r'NRT_\\w+', ir))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env("jit"), timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "[]"]
+
+    from numba.core.compiler import Flags
+
+    from cleaner.kernel_cache import export_flags
+
+    def kernel():
+        return None
+
+    flags = Flags()
+    flags.nrt = True  # as pycc compiles every export
+    built, counted = export_flags(flags, kernel, {kernel}), export_flags(flags, print, {kernel})
+    assert (built.nrt, built.release_gil, counted.nrt, counted.release_gil, flags.release_gil) == (
+        False, True, True, True, False)
