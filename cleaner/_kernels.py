@@ -105,6 +105,14 @@ def copy_records(src, record_pos, record_size, out):
     return o
 
 
+@compiled.njit(inline="always")
+def _copy_bytes(dst, at, src, start, count):
+    """dst[at:at + count] = src[start:start + count], as a loop: a slice assignment needs numba's reference
+    counting, which the kernels declared `compiled.BARE` do without (the loop compiles to a vectorised copy)."""
+    for k in range(count):
+        dst[at + k] = src[start + k]
+
+
 # The room a rebuilt batch's kept records take beyond their own bytes (re-based timestamp deltas), per record:
 # what the window's output buffer allows them (`recopy._window_output`: its bytes + 10 per record).
 _REBASE_GROWTH_MAX = 10
@@ -115,7 +123,7 @@ ACTION_REBUILD = 2
 ACTION_EMPTY = 3
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def assemble_batches(
     src, arena, start, action, batch_position, base_position, batch_size, magic, attributes, clear, base_offset,
     last_offset, base_ts, max_ts, horizon, pid, epoch, seq, ple, in_arena, record_start, needs_horizon, new_horizon,
@@ -142,7 +150,7 @@ def assemble_batches(
         if a == ACTION_VERBATIM:
             p = batch_position[i] - base_position
             size = batch_size[i]
-            out[out_pos : out_pos + size] = src[p : p + size]
+            _copy_bytes(out, out_pos, src, p, size)
             out_batch_pos[n_out] = out_pos
             out_batch_last[n_out] = last_offset[i]
             out_batch_max_ts[n_out] = max_ts[i]
@@ -208,7 +216,7 @@ def assemble_batches(
             p = record_pos[r]
             end = p + record_size[r]
             if raw:
-                dst[o : o + record_size[r]] = buf[p:end]
+                _copy_bytes(dst, o, buf, p, end - p)
                 o += record_size[r]
                 continue
             _, body = _read_varint(buf, p)
@@ -219,7 +227,7 @@ def assemble_batches(
             o = _write_varint(dst, o, 1 + _varint_size(delta) + rest)
             dst[o] = attributes_byte
             o = _write_varint(dst, o + 1, delta)
-            dst[o : o + rest] = buf[after_ts:end]
+            _copy_bytes(dst, o, buf, after_ts, rest)
             o += rest
         if codec != fmt.COMPRESSION_NONE:
             room = fmt.RECORD_BATCH_OVERHEAD + frame_bound(o, prefs)

@@ -246,7 +246,7 @@ def test_a_kernel_declared_bare_is_compiled_without_reference_counts_in_the_jit_
         "from segments.codec import _scan_kernels as s, compiled\n"
         "from cleaner import _kernels as c\n"
         "hot = (s._walk_v2, s.finish_window, s.count_batches, k.hash_rows, k.insert_hashes, k.insert_part, k.rehash,\n"
-        "       k.lookup_hashes, c.select_keys, c.drop_aborted)\n"
+        "       k.lookup_hashes, c.select_keys, c.drop_aborted, c.assemble_batches)\n"
         "options = {o: v for o, v in k.hash_rows.targetoptions.items() if o not in ('cache', 'nopython')}\n"
         "fresh = numba.njit(**options)(k.hash_rows.py_func)\n"
         "buf = np.frombuffer(b'abcdefgh', dtype=np.uint8)\n"
