@@ -279,11 +279,12 @@ def _is_control(magic, attributes):
     return magic >= fmt.MAGIC_V2 and (attributes & fmt.CONTROL_FLAG) != 0
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def decide_window(
     phase, offsets, key_len, value_len, batch_index, magic, attributes, producer_id, records_count, record_start,
     horizon, aborted, retain_empty, bits, bits_start, use_bits, latest_offset, now_ms, partial, retain_legacy,
-    group_last, txn_tracking, is_latest, lookup, found, keep, kept, marker_discardable, action, needs_horizon, scalars,
+    group_last, txn_tracking, is_latest, lookup, found, keep, kept, marker_discardable, action, needs_horizon,
+    tombstones, scalars,
 ):
     """The per-batch actions and the per-record keep mask of one recopied window (the rules: `recopy._decide`).
 
@@ -298,7 +299,7 @@ def decide_window(
     data batch written); else every marker is discardable only when empty. Phase 2 (with `marker_discardable`)
     keeps the control records of markers that stay, and sets `needs_horizon` and `action` per batch;
     `retain_empty` batches keeping nothing are written empty, and the group's last batch (`group_last` >= 0), a
-    legacy one, is kept whole. Returns DECIDE_DONE then.
+    legacy one, is kept whole. Returns DECIDE_DONE then. `tombstones` (an int64 per batch) is its scratch.
     """
     n = magic.size
     if phase == 0:
@@ -371,9 +372,10 @@ def decide_window(
             continue  # a discarded marker
         if _is_control(magic[b], attributes[b]):
             keep[r] = True
-    kept_tombstones = np.zeros(n, np.int64)
+    kept_tombstones = tombstones
     for b in range(n):
         kept[b] = 0
+        kept_tombstones[b] = 0
     for r in range(offsets.size):
         if keep[r]:
             b = batch_index[r]
@@ -403,10 +405,10 @@ def decide_window(
     return DECIDE_DONE
 
 
-@compiled.njit(cache=True, nogil=True)
+@compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def window_horizons(
     action, keep, needs_horizon, offsets, value_len, batch_index, magic, attributes, base_offset, horizon,
-    first_dirty, now_ms, new_horizon, partial, clear, pending, kept_control, counts,
+    first_dirty, now_ms, new_horizon, partial, clear, pending, kept_control, counts, tombstones,
 ):
     """The delete horizons of a window's written batches (the rules: `recopy._horizons`) and its counters.
 
@@ -416,10 +418,12 @@ def window_horizons(
     a full round (not `partial`), for a horizon already passed that is not new. `counts` (COUNT_*): records
     written, dirty records (offset >= `first_dirty`, not in a control batch) read and written, batches by
     action, rebuilt batches newly stamped, the soonest pending horizon, and how many base offsets of kept
-    control batches were written to `kept_control`.
+    control batches were written to `kept_control`. `tombstones` (an int64 per batch) is its scratch.
     """
     n = action.size
-    kept_tombstones = np.zeros(n, np.int64)
+    kept_tombstones = tombstones  # scratch: an int64 per batch
+    for b in range(n):
+        kept_tombstones[b] = 0
     written_records = 0
     dirty_read = 0
     dirty_written = 0

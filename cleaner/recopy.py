@@ -231,6 +231,7 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
     discardable = np.empty(n, dtype=np.bool_)
     action = np.empty(n, dtype=np.int8)
     needs_horizon = np.empty(n, dtype=np.bool_)
+    tombstones = np.empty(n, dtype=np.int64)  # the kernel's scratch
     scalars = np.zeros(kern.DECIDE_SCALARS, dtype=np.int64)
     found = _NO_OFFSETS
     phase = 0
@@ -240,7 +241,7 @@ def _decide(result, ctx: RecopyContext, retain_tombstones_legacy: bool, group_la
             result.producer_id, result.records_count, result.record_start, result.delete_horizon_ms, aborted,
             retain_empty, bits, bits_start, superseded is not None, ctx.latest_offset, ctx.now_ms, ctx.partial,
             retain_tombstones_legacy, group_last, ctx.txn_data_written is not None, is_latest, lookup, found, keep,
-            kept, discardable, action, needs_horizon, scalars,
+            kept, discardable, action, needs_horizon, tombstones, scalars,
         )
         if status == kern.DECIDE_LOOKUP:
             found = _map_offsets(result, ctx, lookup[: int(scalars[kern.DECIDE_LOOKUPS])])
@@ -326,6 +327,7 @@ def _horizons(result, ctx: RecopyContext, action, keep, needs_horizon):
         action, keep, needs_horizon, result.offset, result.value_len, result.batch_index, result.magic,
         result.attributes, result.base_offset, result.delete_horizon_ms, ctx.first_dirty, ctx.now_ms,
         ctx.now_ms + ctx.delete_retention_ms, ctx.partial, clear, pending, kept_control, counts,
+        np.empty(n, dtype=np.int64),  # the kernel's scratch
     )
     return action, clear, counts, kept_control[: int(counts[kern.COUNT_KEPT_CONTROL])]
 

@@ -8,8 +8,8 @@ and the map's counters are passed in and the new counters are returned. It must 
 a fixed 256-byte ring per call), do I/O, log, or validate arguments (`map.py` and `hashing.py` do that before
 calling in; these kernels trust their inputs and numba does not bounds-check).
 
-Every kernel is `@compiled.njit(cache=True, nogil=True)`, and all compiled code of the map stays in this one
-file: numba's on-disk cache checks only the source file of the function it caches, and a stale hash function
+Every kernel is `@compiled.njit(cache=True, nogil=True)`, without reference counting (`compiled.BARE`) but for
+the span kernels, whose ring is an array of their own, and all compiled code of the map stays in this one file: numba's on-disk cache checks only the source file of the function it caches, and a stale hash function
 means silent data loss (the cache is also one folder per fingerprint of the sources: `compiled.numba_cache_dir`).
 A table may be probed in parts (`part_of`), which `insert_part` fills one a thread (`map.py`, "Parts").
 The table layout and its tags, the two-choice bucket probing (what a caller sees is only put/get semantics,

@@ -1,6 +1,7 @@
 """Compiled kernels of the bulk scan (`segments.codec.scan`); private, called only from there.
 
-Every kernel is `compiled.njit(cache=True, nogil=True)` over uint8 arrays, reads big-endian fields by hand and
+Every kernel is `compiled.njit(cache=True, nogil=True, **compiled.BARE)` (it allocates nothing, so it runs
+without reference counting: docs/design.md, "Compiled kernels ahead of time") over uint8 arrays, reads big-endian fields by hand and
 never raises: a kernel that meets invalid bytes writes an error record into its `info` array
 (`info[INFO_CODE]`, the byte index, the batch index and up to three details) and returns how many batches it
 completed before the bad one. `segments.codec.scan` turns that record into a typed exception. Buffers passed in are

@@ -246,7 +246,8 @@ def test_a_kernel_declared_bare_is_compiled_without_reference_counts_in_the_jit_
         "from segments.codec import _scan_kernels as s, compiled\n"
         "from cleaner import _kernels as c\n"
         "hot = (s._walk_v2, s.finish_window, s.count_batches, k.hash_rows, k.insert_hashes, k.insert_part, k.rehash,\n"
-        "       k.lookup_hashes, c.select_keys, c.drop_aborted, c.assemble_batches)\n"
+        "       k.lookup_hashes, c.select_keys, c.drop_aborted, c.assemble_batches, c.decide_window,\n"
+        "       c.window_horizons)\n"
         "options = {o: v for o, v in k.hash_rows.targetoptions.items() if o not in ('cache', 'nopython')}\n"
         "fresh = numba.njit(**options)(k.hash_rows.py_func)\n"
         "buf = np.frombuffer(b'abcdefgh', dtype=np.uint8)\n"
@@ -255,7 +256,8 @@ def test_a_kernel_declared_bare_is_compiled_without_reference_counts_in_the_jit_
         "h1, h2 = np.empty(2, dtype=np.uint64), np.empty(2, dtype=np.uint64)\n"
         "assert fresh(buf, buf, pos, lens, rows, in_b, np.uint64(7), h1, h2) == -1\n"
         "ir = '\\n'.join(fresh.inspect_llvm().values())\n"
-        "print(all(compiled.bare(f) for f in hot), compiled.bare(k.insert_spans), sorted(set(re.findall(r'NRT_\\w+', ir))))\n"
+        "calls = sorted(set(re.findall(r'NRT_\\w+', ir)))\n"
+        "print(all(compiled.bare(f) for f in hot), compiled.bare(k.insert_spans), calls)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env("jit"), timeout=600)
     assert done.returncode == 0, done.stderr
