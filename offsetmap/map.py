@@ -37,8 +37,8 @@ constructor as an anonymous private mapping (page-aligned, so a bucket of 8 slot
 and reused by `clear`/`reset`. An empty slot is all zero bits, so the fresh mapping is an empty table that costs
 no memory until a slot is written; the mapping asks for transparent huge pages (`MADV_HUGEPAGE`: 512x fewer page
 faults and TLB misses on random probes), and `clear` hands the written pages back to the kernel
-(`MADV_DONTNEED`, the tags' too; they read as zeros again) instead of writing zeros over the whole table. So a daemon's
-resident memory between rounds holds no map, and a round pays only for the pages it touches. Where `madvise` is
+(`MADV_DONTNEED`, the tags' too; they read as zeros again) instead of writing zeros over the whole table. So a
+daemon's resident memory between rounds holds no map, and a round pays only for the pages it touches. Where `madvise` is
 not available the table is filled with zeros instead.
 
 Per round, `reset(seed, expected_keys)` may narrow the probing to the first `active_slots` slots, enough for
@@ -365,8 +365,8 @@ class OffsetMap:
         h1, h2 = hash_key(key, self._seed)
         return int(
             kernels().get_one(
-                self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, np.uint64(h1),
-                np.uint64(h2),
+                self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all, self._parts,
+                np.uint64(h1), np.uint64(h2),
             )
         )
 
@@ -418,8 +418,8 @@ class OffsetMap:
                 return self._insert_parts(words1, words2, offs, replaced, bits, bits_start, run)
             self._unsplit()  # an entry may be refused: in input order, in one part
         return self._insert_growing(count, offs, lambda done: kernels().insert_hashes(
-            self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, words1[done:],
-            words2[done:], offs[done:], self._size, self._limit, replaced[done:], bits, bits_start,
+            self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all, self._parts,
+            words1[done:], words2[done:], offs[done:], self._size, self._limit, replaced[done:], bits, bits_start,
         ))
 
     def lookup_hashes(self, h1: np.ndarray, h2: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -433,8 +433,8 @@ class OffsetMap:
         count = _inputs.same_length(h1=words1, h2=words2)
         result = _output(out, count)
         kernels().lookup_hashes(
-            self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, words1, words2,
-            result,
+            self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, words1,
+            words2, result,
         )
         return result
 
@@ -464,8 +464,8 @@ class OffsetMap:
         _inputs.check_offsets(offs, max(self._latest_offset, 0))
         self._unsplit()
         return self._insert_growing(count, offs, lambda done: kernels().insert_spans(
-            self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all, self._parts, buffer,
-            positions[done:],
+            self._active, self._tags, self._region_slots, self._buckets_choice, self._buckets_all, self._parts,
+            buffer, positions[done:],
             lengths[done:], offs[done:], np.uint64(self._seed), self._size, self._limit,
         ))
 

@@ -1,12 +1,12 @@
 """Compiled kernels of the bulk scan (`segments.codec.scan`); private, called only from there.
 
 Every kernel is `compiled.njit(cache=True, nogil=True, **compiled.BARE)` (it allocates nothing, so it runs
-without reference counting: docs/design.md, "Compiled kernels ahead of time") over uint8 arrays, reads big-endian fields by hand and
-never raises: a kernel that meets invalid bytes writes an error record into its `info` array
-(`info[INFO_CODE]`, the byte index, the batch index and up to three details) and returns how many batches it
-completed before the bad one. `segments.codec.scan` turns that record into a typed exception. Buffers passed in are
-read-only views, so every kernel is compiled for exactly one array type and the on-disk cache is hit by every
-later process.
+without reference counting: docs/design.md, "Compiled kernels ahead of time") over uint8 arrays, reads
+big-endian fields by hand and never raises: a kernel that meets invalid bytes writes an error record into its
+`info` array (`info[INFO_CODE]`, the byte index, the batch index and up to three details) and returns how many
+batches it completed before the bad one. `segments.codec.scan` turns that record into a typed exception. Buffers
+passed in are read-only views, so every kernel is compiled for exactly one array type and the on-disk cache is hit
+by every later process.
 
 Byte layouts come from `segments.codec.format`: every header field is read at its `fmt.*_OFFSET` (plain ints,
 which numba freezes as compile-time constants), with the reader of its `fmt.*_BYTES` width; the module asserts
