@@ -414,9 +414,8 @@ def _candidates(a, b, buckets_choice, buckets_all, parts):
 def _likely_slot(word1, word2, bucket1, bucket2, a):
     """The slot an insert or lookup of a key with first hash word `a` most likely reads, from its candidate
     buckets' tag words: the first slot of its first bucket with its tag, else of its second, else the first empty
-    slot of its first bucket (its last if full). A hint for a prefetch only: it takes no array, so the span
-    kernels, which count references, pay none for it per entry (with counting on, an inlined helper that took the
-    arrays and branched measured ~30% slower inserts)."""
+    slot of its first bucket (its last if full). A hint for a prefetch only (on a big-endian host, where
+    `_tag_word` swaps the stored bytes, the same slot)."""
     wanted = _tag_of(a) * _TAG_ONES
     match = _tag_matches(word1, wanted)
     if match != _ZERO:
@@ -425,6 +424,23 @@ def _likely_slot(word1, word2, bucket1, bucket2, a):
     if match != _ZERO:
         return bucket2 * BUCKET_SLOTS + _first_byte(match)
     return bucket1 * BUCKET_SLOTS + _first_byte(_zero_bytes(word1) | (_ONE << np.uint64(63)))
+
+
+@compiled.njit(inline="always")
+def _prefetch_tags(tags, a, b, buckets_choice, buckets_all, parts):
+    """Prefetch step one, `PREFETCH_DISTANCE` entries ahead: the tag words of the candidate buckets of (a, b)."""
+    c1, c2 = _candidates(a, b, buckets_choice, buckets_all, parts)
+    _prefetch(tags, c1)
+    _prefetch(tags, c2)
+
+
+@compiled.njit(inline="always")
+def _prefetch_likely(table, tags, a, b, buckets_choice, buckets_all, parts):
+    """Prefetch step two, `_SLOT_PREFETCH_DISTANCE` entries ahead: the table slot (a, b) most likely reads (the
+    address clamped to the table)."""
+    c1, c2 = _candidates(a, b, buckets_choice, buckets_all, parts)
+    slot = _likely_slot(_tag_word(tags[c1]), _tag_word(tags[c2]), c1, c2, a)
+    _prefetch(table, min(slot * WORDS_PER_SLOT, table.size - 1))
 
 
 @compiled.njit(inline="always")
@@ -551,24 +567,17 @@ def _insert_entries(table, tags, tag_bytes, slots, buckets_choice, buckets_all, 
     marking = bits.size > 0
     ahead = PREFETCH_DISTANCE * select_parts  # about PREFETCH_DISTANCE of this part's entries ahead
     near = _SLOT_PREFETCH_DISTANCE * select_parts
-    last = table.size - 1
     for j in range(start, min(n, start + ahead)):
         if part_of(h2[j], select_parts) == part:
-            c1, c2 = _candidates(h1[j], h2[j], buckets_choice, buckets_all, parts)
-            _prefetch(tags, c1)
-            _prefetch(tags, c2)
+            _prefetch_tags(tags, h1[j], h2[j], buckets_choice, buckets_all, parts)
     added = 0
     for i in range(start, n):
         j = i + ahead
         if j < n and part_of(h2[j], select_parts) == part:
-            c1, c2 = _candidates(h1[j], h2[j], buckets_choice, buckets_all, parts)
-            _prefetch(tags, c1)
-            _prefetch(tags, c2)
+            _prefetch_tags(tags, h1[j], h2[j], buckets_choice, buckets_all, parts)
         j = i + near
         if j < n and part_of(h2[j], select_parts) == part:
-            c1, c2 = _candidates(h1[j], h2[j], buckets_choice, buckets_all, parts)
-            slot = _likely_slot(_tag_word(tags[c1]), _tag_word(tags[c2]), c1, c2, h1[j])
-            _prefetch(table, min(slot * WORDS_PER_SLOT, last))
+            _prefetch_likely(table, tags, h1[j], h2[j], buckets_choice, buckets_all, parts)
         b = h2[i]
         if part_of(b, select_parts) != part:
             continue
@@ -640,23 +649,16 @@ def rehash(table, tags, old_slots, new_slots, buckets_choice, buckets_all, parts
     tag_bytes[:old_slots] = 0
     active = table[: new_slots * WORDS_PER_SLOT]
     moved = n
-    last = active.size - 1
     for j in range(min(n, PREFETCH_DISTANCE)):
-        c1, c2 = _candidates(scratch[j * WORDS_PER_SLOT], scratch[j * WORDS_PER_SLOT + 1], buckets_choice,
-                             buckets_all, parts)
-        _prefetch(tags, c1)
-        _prefetch(tags, c2)
+        _prefetch_tags(tags, scratch[j * WORDS_PER_SLOT], scratch[j * WORDS_PER_SLOT + 1], buckets_choice,
+                       buckets_all, parts)
     for i in range(n):
         j = (i + PREFETCH_DISTANCE) * WORDS_PER_SLOT
         if j < n * WORDS_PER_SLOT:
-            c1, c2 = _candidates(scratch[j], scratch[j + 1], buckets_choice, buckets_all, parts)
-            _prefetch(tags, c1)
-            _prefetch(tags, c2)
+            _prefetch_tags(tags, scratch[j], scratch[j + 1], buckets_choice, buckets_all, parts)
         j = (i + _SLOT_PREFETCH_DISTANCE) * WORDS_PER_SLOT
         if j < n * WORDS_PER_SLOT:
-            c1, c2 = _candidates(scratch[j], scratch[j + 1], buckets_choice, buckets_all, parts)
-            slot = _likely_slot(_tag_word(tags[c1]), _tag_word(tags[c2]), c1, c2, scratch[j])
-            _prefetch(active, min(slot * WORDS_PER_SLOT, last))
+            _prefetch_likely(active, tags, scratch[j], scratch[j + 1], buckets_choice, buckets_all, parts)
         word = i * WORDS_PER_SLOT
         a = scratch[word]
         b = scratch[word + 1]
@@ -673,22 +675,15 @@ def rehash(table, tags, old_slots, new_slots, buckets_choice, buckets_all, parts
 def lookup_hashes(table, tags, slots, buckets_choice, buckets_all, parts, h1, h2, out):
     """out[i] = offset stored for (h1[i], h2[i]) or -1."""
     n = h1.size
-    last = table.size - 1
     for j in range(min(n, PREFETCH_DISTANCE)):
-        c1, c2 = _candidates(h1[j], h2[j], buckets_choice, buckets_all, parts)
-        _prefetch(tags, c1)
-        _prefetch(tags, c2)
+        _prefetch_tags(tags, h1[j], h2[j], buckets_choice, buckets_all, parts)
     for i in range(n):
         j = i + PREFETCH_DISTANCE
         if j < n:
-            c1, c2 = _candidates(h1[j], h2[j], buckets_choice, buckets_all, parts)
-            _prefetch(tags, c1)
-            _prefetch(tags, c2)
+            _prefetch_tags(tags, h1[j], h2[j], buckets_choice, buckets_all, parts)
         j = i + _SLOT_PREFETCH_DISTANCE
         if j < n:
-            c1, c2 = _candidates(h1[j], h2[j], buckets_choice, buckets_all, parts)
-            slot = _likely_slot(_tag_word(tags[c1]), _tag_word(tags[c2]), c1, c2, h1[j])
-            _prefetch(table, min(slot * WORDS_PER_SLOT, last))
+            _prefetch_likely(table, tags, h1[j], h2[j], buckets_choice, buckets_all, parts)
         out[i] = _lookup_one(table, tags, slots, buckets_choice, buckets_all, parts, h1[i], h2[i])
 
 
@@ -712,7 +707,6 @@ def insert_spans(
     """
     tag_bytes = tags.view(np.uint8)
     n = key_pos.size
-    last = table.size - 1
     ring_h1 = np.empty(PREFETCH_DISTANCE, np.uint64)
     ring_h2 = np.empty(PREFETCH_DISTANCE, np.uint64)
     for j in range(min(n, PREFETCH_DISTANCE)):
@@ -720,9 +714,7 @@ def insert_spans(
         ring_h1[j] = a
         ring_h2[j] = b
         if key_len[j] >= 0:
-            c1, c2 = _candidates(a, b, buckets_choice, buckets_all, parts)
-            _prefetch(tags, c1)
-            _prefetch(tags, c2)
+            _prefetch_tags(tags, a, b, buckets_choice, buckets_all, parts)
     for i in range(n):
         r = i % PREFETCH_DISTANCE
         a = ring_h1[r]
@@ -733,15 +725,11 @@ def insert_spans(
             ring_h1[r] = a_next
             ring_h2[r] = b_next
             if key_len[j] >= 0:
-                c1, c2 = _candidates(a_next, b_next, buckets_choice, buckets_all, parts)
-                _prefetch(tags, c1)
-                _prefetch(tags, c2)
+                _prefetch_tags(tags, a_next, b_next, buckets_choice, buckets_all, parts)
         j = i + _SLOT_PREFETCH_DISTANCE
         if j < n and key_len[j] >= 0:
             q = j % PREFETCH_DISTANCE
-            c1, c2 = _candidates(ring_h1[q], ring_h2[q], buckets_choice, buckets_all, parts)
-            slot = _likely_slot(_tag_word(tags[c1]), _tag_word(tags[c2]), c1, c2, ring_h1[q])
-            _prefetch(table, min(slot * WORDS_PER_SLOT, last))
+            _prefetch_likely(table, tags, ring_h1[q], ring_h2[q], buckets_choice, buckets_all, parts)
         if key_len[i] < 0:
             continue
         found, free = _find(table, tags, slots, buckets_choice, buckets_all, parts, a, b)
@@ -759,7 +747,6 @@ def insert_spans(
 def lookup_spans(table, tags, slots, buckets_choice, buckets_all, parts, buf, key_pos, key_len, seed_word, out):
     """out[i] = offset stored for the key at span i, or -1 (always -1 for a null key); pipelined as insert_spans."""
     n = key_pos.size
-    last = table.size - 1
     ring_h1 = np.empty(PREFETCH_DISTANCE, np.uint64)
     ring_h2 = np.empty(PREFETCH_DISTANCE, np.uint64)
     for j in range(min(n, PREFETCH_DISTANCE)):
@@ -767,9 +754,7 @@ def lookup_spans(table, tags, slots, buckets_choice, buckets_all, parts, buf, ke
         ring_h1[j] = a
         ring_h2[j] = b
         if key_len[j] >= 0:
-            c1, c2 = _candidates(a, b, buckets_choice, buckets_all, parts)
-            _prefetch(tags, c1)
-            _prefetch(tags, c2)
+            _prefetch_tags(tags, a, b, buckets_choice, buckets_all, parts)
     for i in range(n):
         r = i % PREFETCH_DISTANCE
         a = ring_h1[r]
@@ -780,15 +765,11 @@ def lookup_spans(table, tags, slots, buckets_choice, buckets_all, parts, buf, ke
             ring_h1[r] = a_next
             ring_h2[r] = b_next
             if key_len[j] >= 0:
-                c1, c2 = _candidates(a_next, b_next, buckets_choice, buckets_all, parts)
-                _prefetch(tags, c1)
-                _prefetch(tags, c2)
+                _prefetch_tags(tags, a_next, b_next, buckets_choice, buckets_all, parts)
         j = i + _SLOT_PREFETCH_DISTANCE
         if j < n and key_len[j] >= 0:
             q = j % PREFETCH_DISTANCE
-            c1, c2 = _candidates(ring_h1[q], ring_h2[q], buckets_choice, buckets_all, parts)
-            slot = _likely_slot(_tag_word(tags[c1]), _tag_word(tags[c2]), c1, c2, ring_h1[q])
-            _prefetch(table, min(slot * WORDS_PER_SLOT, last))
+            _prefetch_likely(table, tags, ring_h1[q], ring_h2[q], buckets_choice, buckets_all, parts)
         if key_len[i] < 0:
             out[i] = -1
         else:
