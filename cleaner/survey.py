@@ -63,9 +63,9 @@ __all__ = [
 
 WINDOW_BYTES = 8 * 1024 * 1024  # one window of a round's reads (survey, index and recopy; survey windows may widen)
 # A survey window of a segment whose records are scanned that holds at least this many records (an average record
-# of 256 bytes or less) is followed by windows twice as long: such windows cost as much Python on the GIL as their
-# records are many, and at 16 MiB the survey is as fast. Larger records keep 8 MiB windows: their walk reads one
-# line a record after the CRC pass has streamed the window, and at 16 MiB that line is no longer cached
+# of 256 bytes or less) is followed by windows twice as long: half the windows, half their Python on the GIL, and
+# for such records the survey is as fast at 16 MiB. With larger records it was 10-30% slower there (W1, W3; for
+# W3 because the CRC pass streams the whole window before the record walk reads it), so they keep 8 MiB
 # (bench/RESULTS.md, nineteenth round).
 WIDE_WINDOW_RECORDS = 32_768
 # What a `SurveyMemo` may hold: ~50 bytes a batch with a producer id (idempotent or transactional), a few hundred a
