@@ -303,7 +303,7 @@ def decide_window(
     phase, offsets, key_len, value_len, batch_index, magic, attributes, producer_id, records_count, record_start,
     horizon, aborted, retain_empty, bits, bits_start, use_bits, latest_offset, now_ms, partial, retain_legacy,
     group_last, txn_tracking, is_latest, lookup, found, keep, kept, marker_discardable, action, needs_horizon,
-    tombstones, scalars,
+    kept_tombstones, scalars,
 ):
     """The per-batch actions and the per-record keep mask of one recopied window (the rules: `recopy._decide`).
 
@@ -318,7 +318,7 @@ def decide_window(
     data batch written); else every marker is discardable only when empty. Phase 2 (with `marker_discardable`)
     keeps the control records of markers that stay, and sets `needs_horizon` and `action` per batch;
     `retain_empty` batches keeping nothing are written empty, and the group's last batch (`group_last` >= 0), a
-    legacy one, is kept whole. Returns DECIDE_DONE then. `tombstones` (an int64 per batch) is its scratch.
+    legacy one, is kept whole. Returns DECIDE_DONE then. `kept_tombstones` (an int64 per batch) is its scratch.
     """
     n = magic.size
     if phase == 0:
@@ -391,7 +391,6 @@ def decide_window(
             continue  # a discarded marker
         if _is_control(magic[b], attributes[b]):
             keep[r] = True
-    kept_tombstones = tombstones
     for b in range(n):
         kept[b] = 0
         kept_tombstones[b] = 0
@@ -427,7 +426,7 @@ def decide_window(
 @compiled.njit(cache=True, nogil=True, **compiled.BARE)
 def window_horizons(
     action, keep, needs_horizon, offsets, value_len, batch_index, magic, attributes, base_offset, horizon,
-    first_dirty, now_ms, new_horizon, partial, clear, pending, kept_control, counts, tombstones,
+    first_dirty, now_ms, new_horizon, partial, clear, pending, kept_control, counts, kept_tombstones,
 ):
     """The delete horizons of a window's written batches (the rules: `recopy._horizons`) and its counters.
 
@@ -437,10 +436,9 @@ def window_horizons(
     a full round (not `partial`), for a horizon already passed that is not new. `counts` (COUNT_*): records
     written, dirty records (offset >= `first_dirty`, not in a control batch) read and written, batches by
     action, rebuilt batches newly stamped, the soonest pending horizon, and how many base offsets of kept
-    control batches were written to `kept_control`. `tombstones` (an int64 per batch) is its scratch.
+    control batches were written to `kept_control`. `kept_tombstones` (an int64 per batch) is its scratch.
     """
     n = action.size
-    kept_tombstones = tombstones  # scratch: an int64 per batch
     for b in range(n):
         kept_tombstones[b] = 0
     written_records = 0

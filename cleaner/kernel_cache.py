@@ -293,17 +293,9 @@ def export_flags(flags: Any, func: Any, bare: set[Any]) -> Any:
     return flags
 
 
-def _bare_functions() -> set[Any]:
-    """The Python functions of every kernel this process compiled with `compiled.BARE`."""
-    from numba.core.registry import CPUDispatcher
-
-    return {value.py_func for name, module in list(sys.modules.items())
-            if module is not None and name.startswith(_KERNEL_PACKAGES)
-            for value in list(vars(module).values()) if isinstance(value, CPUDispatcher) and compiled.bare(value)}
-
-
-def _exports() -> list[tuple[str, Any, list[Any]]]:
-    """(symbol, Python function, its numba signatures) of every kernel this process has compiled."""
+def _exports() -> list[tuple[str, Any, list[Any], bool]]:
+    """(symbol, Python function, its numba signatures, whether it was declared `compiled.BARE`) of every kernel
+    this process has compiled."""
     from numba.core.registry import CPUDispatcher
 
     found = []
@@ -313,7 +305,8 @@ def _exports() -> list[tuple[str, Any, list[Any]]]:
         for attribute, value in sorted(vars(module).items()):
             if (isinstance(value, CPUDispatcher) and value.py_func.__module__ == name
                     and value.py_func.__name__ == attribute and value.nopython_signatures):
-                found.append((compiled.export_name(name, attribute), value.py_func, list(value.nopython_signatures)))
+                found.append((compiled.export_name(name, attribute), value.py_func, list(value.nopython_signatures),
+                              compiled.bare(value)))
     return found
 
 
@@ -349,13 +342,13 @@ def build_module(folder: Path, print_: str) -> Path:
     so_path, table_path = folder / so_path.name, folder / table_path.name
     module_name = so_path.name.split(".", 1)[0]
     kernels = {symbol: [[_argument_spec(t) for t in signature.args] for signature in signatures]
-               for symbol, _, signatures in exports}
+               for symbol, _, signatures, _ in exports}
 
     # pycc compiles every export with one Flags object that a compilation may change (numba turns SSA off for
     # some functions), and never releases the GIL: each export gets its own copy, with the GIL released, and
     # without reference counting where the kernel was declared so (`compiled.BARE`).
     original: Any = pycc_compiler.compile_extra
-    bare = _bare_functions()
+    bare = {func for _, func, _, is_bare in exports if is_bare}
 
     def compile_one(*args: Any, **kwargs: Any) -> Any:  # compile_extra(typingctx, targetctx, func, args,
         flags = export_flags(args[5], args[2], bare)  # return_type, flags, locals=..., library=...)
@@ -368,7 +361,7 @@ def build_module(folder: Path, print_: str) -> Path:
         cc.output_dir = tmp
         cc.target_cpu = "host"
         cc._mixin_sources = [*cc._mixin_sources, str(shim)]
-        for symbol, func, signatures in exports:
+        for symbol, func, signatures, _ in exports:
             for i, signature in enumerate(signatures):
                 cc.export(compiled.variant_name(symbol, i), signature)(func)
         pycc_compiler.compile_extra = compile_one
