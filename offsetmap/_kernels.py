@@ -25,6 +25,7 @@ import sys
 import numpy as np
 
 from segments.codec import compiled
+from segments.codec._intrinsics import prefetch
 
 __all__ = [
     "BUCKET_SLOTS",
@@ -94,36 +95,6 @@ _TAG_BYTE = np.uint64(0xFF)
 _TAG_ONES = np.uint64(0x0101_0101_0101_0101)
 _TAG_LOW7 = np.uint64(0x7F7F_7F7F_7F7F_7F7F)
 _S3 = np.uint64(3)
-
-
-# ------------------------------------------------------------------------------------------------ prefetch
-
-
-@compiled.intrinsic
-def _prefetch(typingctx, array, index):
-    """Emit `llvm.prefetch` (read, keep in all cache levels) for the address of `array[index]`."""
-    from llvmlite import ir  # compile time only: the body runs when numba types a caller
-    from numba import types
-    from numba.core import cgutils
-
-    if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
-        return None
-    signature = types.void(array, index)
-
-    def codegen(context, builder, sig, args):
-        array_type, index_type = sig.args
-        array_struct = context.make_array(array_type)(context, builder, args[0])
-        index_value = context.cast(builder, args[1], index_type, types.intp)
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array_struct, [index_value])
-        address = builder.bitcast(pointer, cgutils.voidptr_t)
-        i32 = ir.IntType(32)
-        function_type = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32])
-        # The typed-pointer name; LLVM >= 15 (opaque pointers) auto-upgrades it to llvm.prefetch.p0.
-        function = cgutils.get_or_insert_function(builder.module, function_type, "llvm.prefetch.p0i8")
-        builder.call(function, [address, i32(0), i32(3), i32(1)])  # read, locality 3, data cache
-        return context.get_dummy_value()
-
-    return signature, codegen
 
 
 @compiled.intrinsic
@@ -430,8 +401,8 @@ def _likely_slot(word1, word2, bucket1, bucket2, a):
 def _prefetch_tags(tags, a, b, buckets_choice, buckets_all, parts):
     """Prefetch step one, `PREFETCH_DISTANCE` entries ahead: the tag words of the candidate buckets of (a, b)."""
     c1, c2 = _candidates(a, b, buckets_choice, buckets_all, parts)
-    _prefetch(tags, c1)
-    _prefetch(tags, c2)
+    prefetch(tags, c1)
+    prefetch(tags, c2)
 
 
 @compiled.njit(inline="always")
@@ -440,7 +411,7 @@ def _prefetch_likely(table, tags, a, b, buckets_choice, buckets_all, parts):
     address clamped to the table)."""
     c1, c2 = _candidates(a, b, buckets_choice, buckets_all, parts)
     slot = _likely_slot(_tag_word(tags[c1]), _tag_word(tags[c2]), c1, c2, a)
-    _prefetch(table, min(slot * WORDS_PER_SLOT, table.size - 1))
+    prefetch(table, min(slot * WORDS_PER_SLOT, table.size - 1))
 
 
 @compiled.njit(inline="always")
