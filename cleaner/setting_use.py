@@ -38,7 +38,7 @@ DAEMON_ONLY = MappingProxyType({
 })
 
 UNUSED = MappingProxyType({
-    "log.cleaner.io.buffer.size": "logcleaner reads and writes in windows of its own size (8 MiB)",
+    "log.cleaner.io.buffer.size": "logcleaner reads and writes in windows of its own size (16 MiB)",
     "message.max.bytes": "it limits the batches a writer appends; cleaning reads and rewrites batches of any size",
     "max.message.bytes": "it limits the batches a writer appends; cleaning reads and rewrites batches of any size",
     "log.roll.ms": "it rolls a writer's active segment; cleaning never rolls one",

@@ -76,9 +76,10 @@ __all__ = [
 
 MIB = 1024 * 1024
 # What a task's Python worker holds beside its offset map: the interpreter with numpy and the compiled kernels
-# (~145 MiB) and a round's read windows (two 8 MiB windows with their record arrays, one output window);
-# docs/performance.md, "Peak RSS".
-TASK_BASE_BYTES = 200 * MIB
+# (~145 MiB) and a round's read windows (two 16 MiB windows with their record arrays, one output window: a whole
+# `clean` peaks 17-40 MiB higher than with the 8 MiB windows this was first sized for); docs/performance.md,
+# "Peak RSS".
+TASK_BASE_BYTES = 240 * MIB
 TASK_SHARE_BYTES_MAX = 32 * MIB  # a dirty section this large or larger is always a task of its own
 PARTITION_COST_BYTES = 1 * MIB  # a partition packed into a task counts at least this (opening it, its survey)
 PACKED_PARTITIONS_MAX = 64  # small partitions in one task, at most

@@ -61,13 +61,11 @@ __all__ = [
     "Transaction", "TransactionTable", "survey_log",
 ]
 
-WINDOW_BYTES = 8 * 1024 * 1024  # one window of a round's reads (survey, index and recopy; survey windows may widen)
-# A survey window of a segment whose records are scanned that holds at least this many records (an average record
-# of 256 bytes or less) is followed by windows twice as long: half the windows, half their Python on the GIL, and
-# for such records the survey is as fast at 16 MiB. With larger records it was 10-30% slower there (W1, W3; for
-# W3 because the CRC pass streams the whole window before the record walk reads it), so they keep 8 MiB
-# (bench/RESULTS.md, nineteenth round).
-WIDE_WINDOW_RECORDS = 32_768
+# One window of a round's reads (survey, index and recopy). Each window costs its share of Python on the GIL: at
+# 16 MiB a round holds it 7-10% of its time on W1-W4, at 8 MiB 8-13%. Since the record walk prefetches
+# (`segments.codec._scan_kernels.RECORD_PREFETCH_BYTES`), the kernels are as fast over 16 MiB as over 8
+# (bench/RESULTS.md, twentieth round).
+WINDOW_BYTES = 16 * 1024 * 1024
 # What a `SurveyMemo` may hold: ~50 bytes a batch with a producer id (idempotent or transactional), a few hundred a
 # segment; 16 MiB covers ~5 GB of an idempotent producer's 16 KiB batches, and any size of log without producers.
 MEMO_BYTES_MAX = 16 * 1024 * 1024
@@ -315,23 +313,17 @@ def _segment_windows(segments, i: int, ring: WindowRing, charge_io: Callable[[in
     if remembered is not None and not records:
         yield i, None, remembered, None, None, st
         return
-    window_bytes, position = ring.window_bytes, 0
-    while position >= 0:  # once more, from `position`, when the windows widen (`WIDE_WINDOW_RECORDS`)
-        start, position = position, -1
-        for window, result in segment.scan_windows(
-            start, window_bytes=window_bytes, verify_crc=not active, headers_only=not records,
-            stop_at_invalid=active, ring=ring, before_read=charge_io, mapped=mapped(segment),
-        ):
-            keys = ahead.keys(result) if records and ahead is not None else None
-            try:
-                rows: _ProducerRows | Exception | None = _producer_rows(result, window, segment.paths.log,
-                                                                        crc_checked=not active)
-            except Exception as exc:  # noqa: BLE001 - raised on the round's thread, in its place
-                rows = exc
-            yield i, window, result, keys, rows, None
-            if window_bytes == ring.window_bytes and result.n_records >= WIDE_WINDOW_RECORDS:
-                window_bytes, position = 2 * ring.window_bytes, result.end_position
-                break
+    for window, result in segment.scan_windows(
+        window_bytes=ring.window_bytes, verify_crc=not active, headers_only=not records, stop_at_invalid=active,
+        ring=ring, before_read=charge_io, mapped=mapped(segment),
+    ):
+        keys = ahead.keys(result) if records and ahead is not None else None
+        try:
+            rows: _ProducerRows | Exception | None = _producer_rows(result, window, segment.paths.log,
+                                                                    crc_checked=not active)
+        except Exception as exc:  # noqa: BLE001 - raised on the round's thread, in its place
+            rows = exc
+        yield i, window, result, keys, rows, None
     yield i, None, None, None, None, st
 
 

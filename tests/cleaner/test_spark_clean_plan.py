@@ -79,19 +79,19 @@ MAP_128_MIB = 128 * MIB
 
 
 def test_a_default_executor_holds_a_default_dedupe_buffer():
-    check_executor_memory({}, "spark://m:7077", MAP_128_MIB)  # 128 + 200 MiB in the default 384 MiB overhead
+    check_executor_memory({}, "spark://m:7077", MAP_128_MIB)  # 128 + 240 MiB in the default 384 MiB overhead
     check_executor_memory({"spark.executor.memory": "8g"}, "yarn", 512 * MIB)  # 10%: 819 MiB overhead
 
 
 @pytest.mark.parametrize(("conf", "map_bytes", "says"), [
     ({}, 1024 * MIB, "has 384 MiB for Python (spark.executor.memoryOverhead, by default 0.1 of spark.executor."
-                     "memory, at least 384 MiB); give it more (--spark-conf spark.executor.memoryOverhead=1224m)"),
-    ({"spark.executor.cores": "4"}, MAP_128_MIB, "runs 4 tasks at once (1312 MiB) but has 384 MiB"),
-    ({"spark.executor.cores": "4", "spark.task.cpus": "2"}, MAP_128_MIB, "runs 2 tasks at once (656 MiB)"),
+                     "memory, at least 384 MiB); give it more (--spark-conf spark.executor.memoryOverhead=1264m)"),
+    ({"spark.executor.cores": "4"}, MAP_128_MIB, "runs 4 tasks at once (1472 MiB) but has 384 MiB"),
+    ({"spark.executor.cores": "4", "spark.task.cpus": "2"}, MAP_128_MIB, "runs 2 tasks at once (736 MiB)"),
     ({"spark.executor.memoryOverhead": "300"}, MAP_128_MIB, "has 300 MiB for Python (spark.executor.memoryOverhead)"),
     ({"spark.executor.pyspark.memory": "256m", "spark.executor.memoryOverhead": "8g"}, MAP_128_MIB,
      "has 256 MiB for Python (spark.executor.pyspark.memory); give it more (--spark-conf "
-     "spark.executor.pyspark.memory=328m)"),
+     "spark.executor.pyspark.memory=368m)"),
 ])
 def test_an_executor_without_the_memory_of_its_tasks_is_refused_in_one_line(conf, map_bytes, says):
     with pytest.raises(SparkCleanUsageError) as refused:
@@ -109,7 +109,7 @@ def test_enough_memory_of_the_setting_that_holds_python_passes():
 
 def test_local_mode_checks_this_machines_memory_for_its_threads():
     check_executor_memory({}, "local[4]", MAP_128_MIB, machine_memory_bytes=4 * 1024 * MIB)
-    with pytest.raises(SparkCleanUsageError, match=r"4 at once in local\[4\] need 1312 MiB, more than this "
+    with pytest.raises(SparkCleanUsageError, match=r"4 at once in local\[4\] need 1472 MiB, more than this "
                                                    r"machine's 1024 MiB"):
         check_executor_memory({}, "local[4]", MAP_128_MIB, machine_memory_bytes=1024 * MIB)
     with pytest.raises(SparkCleanUsageError, match=r"2 at once in local\[2, 3\]"):

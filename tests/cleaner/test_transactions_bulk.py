@@ -381,32 +381,34 @@ def test_a_control_batch_with_a_bad_crc_in_the_active_segment_is_reported(tmp_pa
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_widened_survey_windows_clean_to_the_same_bytes_as_windows_that_never_widen(tmp_path, seed, monkeypatch):
-    """A survey window holding `WIDE_WINDOW_RECORDS` records or more is followed by windows twice as long, from the
-    next batch on: the round's files and figures are those of a survey whose windows never widen."""
+def test_a_round_cleans_to_the_same_bytes_whatever_its_window_size(tmp_path, seed, monkeypatch):
+    """The round's files and figures do not depend on where its windows end: a ring of 256-byte windows (a window a
+    batch or two, so every per-window step meets its state carried from the window before: producers, open
+    transactions, the index taken in the survey, the recopy's output) cleans each log as the round's own window size
+    does (a segment in one window)."""
+    from cleaner.survey import WINDOW_BYTES
     from segments.files.readahead import WindowRing
     from segments.files.segment import LogSegment
 
-    sizes: list[int] = []
+    windows: list[int] = []
     scan_windows = LogSegment.scan_windows
 
-    def recording(self, *args, **kwargs):
-        sizes.append(kwargs["window_bytes"])
-        return scan_windows(self, *args, **kwargs)
+    def counting(self, *args, **kwargs):
+        for item in scan_windows(self, *args, **kwargs):
+            windows.append(kwargs["window_bytes"])
+            yield item
 
-    monkeypatch.setattr(LogSegment, "scan_windows", recording)
+    monkeypatch.setattr(LogSegment, "scan_windows", counting)
     outcomes = []
-    for threshold in (10**9, 2):  # never, then after any window of two records
-        d = partition_dir(tmp_path / str(threshold))
+    for window_bytes in (WINDOW_BYTES, 256):
+        d = partition_dir(tmp_path / str(window_bytes))
         _mixed_log(d, seed, leave_open=seed % 3 == 0)
-        monkeypatch.setattr(survey_module, "WIDE_WINDOW_RECORDS", threshold)
-        sizes.clear()
-        result = clean(d, now_ms=T0 + DAY_MS, settings={"delete.retention.ms": 1000}, ring=WindowRing(256))
-        widened = any(size > 256 for size in sizes)
+        windows.clear()
+        result = clean(d, now_ms=T0 + DAY_MS, settings={"delete.retention.ms": 1000}, ring=WindowRing(window_bytes))
         files = {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
         figures = {k: v for k, v in result.as_dict().items() if not k.endswith("_s")}
-        outcomes.append((widened, files, figures))
-    (never, files_a, figures_a), (widened, files_b, figures_b) = outcomes
-    assert not never and widened  # the second survey did widen its windows
+        outcomes.append((len(windows), files, figures))
+    (whole, files_a, figures_a), (small, files_b, figures_b) = outcomes
+    assert small > 2 * whole  # the small ring did cut the segments into many windows
     assert files_b == files_a
     assert figures_b == figures_a
