@@ -205,7 +205,7 @@ def _assert_refused_at_submit(too_big: subprocess.Popen, logs: Path, original: P
             too_big.wait()
     assert too_big.returncode == 2, err
     assert len(err.strip().splitlines()) == 1, err
-    assert err.startswith("Error: log.cleaner.dedupe.buffer.size is per task with --spark: a task needs 1224 MiB")
+    assert err.startswith("Error: log.cleaner.dedupe.buffer.size is per task with --spark: a task needs 1264 MiB")
     assert "spark.executor.memoryOverhead" in err and "384 MiB" in err and out == ""
     assert file_digests(logs) == file_digests(original)
 
