@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 from segments.codec import compiled
-from segments.codec._intrinsics import prefetch
+from segments.codec._intrinsics import element_pointer, prefetch
 
 __all__ = [
     "BUCKET_SLOTS",
@@ -101,19 +101,14 @@ _S3 = np.uint64(3)
 def _atomic_or_u8(typingctx, array, index, value):
     """`array[index] |= value` as one atomic read-modify-write (a uint8 array that other threads also write)."""
     from numba import types
-    from numba.core import cgutils
 
     if not isinstance(array, types.Array) or array.dtype != types.uint8 or not isinstance(index, types.Integer):
         return None
     signature = types.void(array, index, value)
 
     def codegen(context, builder, sig, args):
-        array_type, index_type, value_type = sig.args
-        array_struct = context.make_array(array_type)(context, builder, args[0])
-        index_value = context.cast(builder, args[1], index_type, types.intp)
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array_struct, [index_value])
-        byte = context.cast(builder, args[2], value_type, types.uint8)
-        builder.atomic_rmw("or", pointer, byte, "monotonic")
+        byte = context.cast(builder, args[2], sig.args[2], types.uint8)
+        builder.atomic_rmw("or", element_pointer(context, builder, sig, args), byte, "monotonic")
         return context.get_dummy_value()
 
     return signature, codegen
@@ -147,18 +142,13 @@ def _load_u64_unaligned(typingctx, array, index):
     """The 8 bytes at `array[index:index + 8]` as one native-endian uint64 (one unaligned load)."""
     from llvmlite import ir  # compile time only: the body runs when numba types a caller
     from numba import types
-    from numba.core import cgutils
 
     if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
         return None
     signature = types.uint64(array, index)
 
     def codegen(context, builder, sig, args):
-        array_type, index_type = sig.args
-        array_struct = context.make_array(array_type)(context, builder, args[0])
-        index_value = context.cast(builder, args[1], index_type, types.intp)
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array_struct, [index_value])
-        word_pointer = builder.bitcast(pointer, ir.IntType(64).as_pointer())
+        word_pointer = builder.bitcast(element_pointer(context, builder, sig, args), ir.IntType(64).as_pointer())
         return builder.load(word_pointer, align=1)
 
     return signature, codegen

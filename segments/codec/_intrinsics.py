@@ -1,6 +1,7 @@
-"""LLVM intrinsics that kernel modules of more than one layer inline: today `prefetch`.
+"""LLVM intrinsics that kernel modules of more than one layer inline (`prefetch`), and the address computation every
+intrinsic that takes an array element shares (`element_pointer`, used in their code generation).
 
-Owns nothing but the instruction each emits; a kernel module imports them by name (`from segments.codec._intrinsics
+Owns nothing but the instructions they emit; a kernel module imports them by name (`from segments.codec._intrinsics
 import prefetch`). They are `compiled.intrinsic`s: placeholders while the built module serves the process, typed
 and emitted when numba compiles a caller. Layer-specific intrinsics stay in their kernel module (the SSE4.2 CRC
 instructions in `_crc_kernels`, the offset map's atomics and loads in `offsetmap._kernels`).
@@ -10,7 +11,19 @@ from __future__ import annotations
 
 from . import compiled
 
-__all__ = ["prefetch"]
+__all__ = ["element_pointer", "prefetch"]
+
+
+def element_pointer(context, builder, sig, args):
+    """(compile time, inside an intrinsic's codegen) The address of `array[index]` for an intrinsic whose first two
+    arguments are an array and an integer index: no bounds check, as numba's own indexing compiles."""
+    from numba import types
+    from numba.core import cgutils
+
+    array_type, index_type = sig.args[0], sig.args[1]
+    array_struct = context.make_array(array_type)(context, builder, args[0])
+    index_value = context.cast(builder, args[1], index_type, types.intp)
+    return cgutils.get_item_pointer(context, builder, array_type, array_struct, [index_value])
 
 
 @compiled.intrinsic
@@ -26,11 +39,7 @@ def prefetch(typingctx, array, index):
     signature = types.void(array, index)
 
     def codegen(context, builder, sig, args):
-        array_type, index_type = sig.args
-        array_struct = context.make_array(array_type)(context, builder, args[0])
-        index_value = context.cast(builder, args[1], index_type, types.intp)
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array_struct, [index_value])
-        address = builder.bitcast(pointer, cgutils.voidptr_t)
+        address = builder.bitcast(element_pointer(context, builder, sig, args), cgutils.voidptr_t)
         i32 = ir.IntType(32)
         function_type = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32])
         # The typed-pointer name; LLVM >= 15 (opaque pointers) auto-upgrades it to llvm.prefetch.p0.
