@@ -107,12 +107,6 @@ E_REGION_TRAILING = 33
 E_LEGACY_INNER_SIZE_MIN = 34
 
 _jit = compiled.njit(cache=True, nogil=True, **compiled.BARE)  # these kernels allocate nothing
-# The record walk reads each record's length, its key's length and its fields after the value: a load or two a
-# record that misses the cache in a window no earlier pass touched (the recopy's scan checks no CRC). Prefetching
-# the bytes this far ahead of the record being read keeps those loads in flight: the recopy's scan of W1 (~1 KiB
-# records) took 35% less time, W2's (~100 bytes) 20% less; 4 KiB ahead was no better (bench/RESULTS.md, twentieth
-# round).
-RECORD_PREFETCH_BYTES = 2048
 _inline = compiled.njit(cache=True, nogil=True, inline="always")
 
 
@@ -453,6 +447,13 @@ def count_legacy_inner(arena, hdr, wrappers, info):
 
 
 # ---- pass 4: records ------------------------------------------------------------------------------------------
+
+# The record walk reads each record's length, its key's length and its fields after the value: a load or two a
+# record that misses the cache in a window no earlier pass touched (the recopy's scan checks no CRC). Prefetching
+# the bytes this far ahead of the record being read keeps those loads in flight: the recopy's scan of W1 (~1 KiB
+# records) took 37% less time, W2's (~100 bytes) 17% less; 4 KiB ahead was no better (bench/RESULTS.md, twentieth
+# round).
+RECORD_PREFETCH_BYTES = 2048
 
 
 @_jit
