@@ -63,8 +63,9 @@ __all__ = [
 
 # One window of a round's reads (survey, index and recopy). Each window costs its share of Python on the GIL: at
 # 16 MiB a round holds it 7-10% of its time on W1-W4, at 8 MiB 8-13%. Since the record walk prefetches
-# (`segments.codec._scan_kernels.RECORD_PREFETCH_BYTES`), the kernels are as fast over 16 MiB as over 8
-# (bench/RESULTS.md, twentieth round).
+# (`segments.codec._scan_kernels.RECORD_PREFETCH_BYTES`), the kernels cost 1-15% more a GB over 16 MiB than over 8
+# (the most: W3's CRC-checked scan), and whole rounds are as fast within the host's drift (bench/RESULTS.md,
+# twentieth round).
 WINDOW_BYTES = 16 * 1024 * 1024
 # What a `SurveyMemo` may hold: ~50 bytes a batch with a producer id (idempotent or transactional), a few hundred a
 # segment; 16 MiB covers ~5 GB of an idempotent producer's 16 KiB batches, and any size of log without producers.
