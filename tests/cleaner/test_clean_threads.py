@@ -71,15 +71,22 @@ def _cleaner_lock_holders(logs: Path) -> dict[str, int]:
 
 
 def _start_slow_clean(logs: Path, *extra: str, bytes_per_second: int = 100_000,
-                      new_session: bool = False, job: bool = False) -> subprocess.Popen:
+                      new_session: bool = False, job: bool = False, nohup: bool = False) -> subprocess.Popen:
     """`logcleaner clean LOGDIR` on two threads under a small I/O budget (100 kB/s: minutes of work for the
     tests' partitions, so only what the test does ends it early). `job`: in a process group of its own in this
-    session, as a shell's job (a new session's group would be orphaned: the kernel ignores a Ctrl-Z there)."""
+    session, as a shell's job (a new session's group would be orphaned: the kernel ignores a Ctrl-Z there).
+    SIGHUP is the default action in the command, as from a terminal, or ignored with `nohup`, whatever this
+    test process was started under (a suite run under `nohup` passes its ignored SIGHUP to every child)."""
     args = ["clean", "--set", "cleanup.policy=compact", "--set", "log.cleaner.threads=2", "--now-ms", str(NOW),
             "--set", f"log.cleaner.io.max.bytes.per.second={bytes_per_second}", *extra, str(logs)]
-    return subprocess.Popen([sys.executable, "-m", "cleaner.cli", *args], cwd=ROOT, start_new_session=new_session,
-                            process_group=0 if job else None,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # An exec'd child inherits an ignored signal as ignored and a handled one as the default action.
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN if nohup else lambda signum, frame: None)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "cleaner.cli", *args], cwd=ROOT,
+                                start_new_session=new_session, process_group=0 if job else None,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def _state_and_parent(pid: int) -> tuple[str, int] | None:
@@ -280,7 +287,7 @@ def test_a_stop_signal_aborts_the_running_rounds_and_ends_as_before(tmp_path, si
 def test_a_closed_terminals_sighup_mid_recopy_removes_the_rounds_files_before_the_command_dies_of_it(tmp_path):
     """SIGHUP (the terminal closed) while a round writes its `.cleaned` segment: the round aborts and removes it,
     the log is left as it was, and the command then dies of SIGHUP (it died at once before, leaving the file for
-    the next clean's recovery). `nohup` (SIGHUP ignored) keeps it running: not tested here."""
+    the next clean's recovery). Under `nohup`, the next test."""
     logs = tmp_path / "logs"
     generate_partition(logs / "a-0", WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
     before = {p: p.read_bytes() for p in logs.rglob("*.log")}
@@ -292,6 +299,24 @@ def test_a_closed_terminals_sighup_mid_recopy_removes_the_rounds_files_before_th
     assert child.returncode == -signal.SIGHUP, err
     assert "Traceback" not in err and out == ""
     assert {p: p.read_bytes() for p in logs.rglob("*.log")} == before
+    assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap"))]
+
+
+def test_under_nohup_a_sighup_leaves_the_clean_running(tmp_path):
+    """Started under `nohup` (SIGHUP ignored), the command keeps SIGHUP ignored: a closed terminal's SIGHUP in the
+    middle of a round's writing leaves the clean to finish, and the partition is cleaned."""
+    logs = tmp_path / "logs"
+    generate_partition(logs / "a-0", WorkloadSpec(records=20_000, keys=300, segment_bytes=256 * 1024))
+    child = _start_slow_clean(logs, "--set", "log.cleaner.threads=1", "--json", bytes_per_second=2_000_000,
+                              new_session=True, nohup=True)
+    with _reaped(child):
+        _until(lambda: list(logs.rglob("*.log.cleaned")), "the round never wrote a .cleaned segment", child,
+               every_s=0.005)
+        os.killpg(child.pid, signal.SIGHUP)
+        out, err = child.communicate(timeout=HANG_GUARD_S)
+    assert child.returncode == 0, err
+    assert "Traceback" not in err
+    assert [(s["partition"], s["status"]) for s in _summaries(out)] == [("a-0", "ok")]
     assert not [p for p in logs.rglob("*") if p.name.endswith((".cleaned", ".swap"))]
 
 
