@@ -7,11 +7,18 @@ its CI length of about a minute. The soak's timeout grows with it.
 Hypothesis draws the same examples every run (profile "ci", derandomized), so a run is red only because of a
 change; `LOGCLEANER_HYPOTHESIS=explore` draws new ones each run, to look for bugs (a find becomes an
 `@example` of its property).
+
+The processes the tests start get the default action of the stop signals, whatever the suite was started under:
+a suite under `nohup` (SIGHUP ignored) or as a background job of a script (SIGINT and SIGQUIT ignored) would
+otherwise pass the ignored signals on, and a test that stops a command as a terminal does would see it go on
+(`logcleaner clean` keeps an ignored SIGHUP or SIGINT ignored, as it should). The suite itself goes on ignoring
+them. A test that wants a command under `nohup` ignores SIGHUP around its start.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -23,6 +30,20 @@ hypothesis_settings.load_profile(os.environ.get("LOGCLEANER_HYPOTHESIS", "ci"))
 SOAK_SECONDS_DEFAULT = 60.0
 SOAK_SECONDS_ENV = "LOGCLEANER_SOAK_SECONDS"
 SOAK_TIMEOUT_OVERHEAD_S = 240.0  # start-up, the final cleaning and the checks, generously
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM, signal.SIGTSTP)
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """Ignores a stop signal in this process, where an exec'd child gets the default action (a handled signal is
+    reset on exec, an ignored one stays ignored)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for signum in _STOP_SIGNALS:
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            signal.signal(signum, _ignore)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -75,16 +75,21 @@ def _start_slow_clean(logs: Path, *extra: str, bytes_per_second: int = 100_000,
     """`logcleaner clean LOGDIR` on two threads under a small I/O budget (100 kB/s: minutes of work for the
     tests' partitions, so only what the test does ends it early). `job`: in a process group of its own in this
     session, as a shell's job (a new session's group would be orphaned: the kernel ignores a Ctrl-Z there).
-    SIGHUP is the default action in the command, as from a terminal, or ignored with `nohup`, whatever this
-    test process was started under (a suite run under `nohup` passes its ignored SIGHUP to every child)."""
+    `nohup`: started with SIGHUP ignored (otherwise every stop signal has its default action: tests/conftest.py)."""
     args = ["clean", "--set", "cleanup.policy=compact", "--set", "log.cleaner.threads=2", "--now-ms", str(NOW),
             "--set", f"log.cleaner.io.max.bytes.per.second={bytes_per_second}", *extra, str(logs)]
-    # An exec'd child inherits an ignored signal as ignored and a handled one as the default action.
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN if nohup else lambda signum, frame: None)
-    try:
+    with _sighup_ignored() if nohup else contextlib.nullcontext():
         return subprocess.Popen([sys.executable, "-m", "cleaner.cli", *args], cwd=ROOT,
                                 start_new_session=new_session, process_group=0 if job else None,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@contextlib.contextmanager
+def _sighup_ignored() -> Iterator[None]:
+    """SIGHUP ignored in this process meanwhile, as `nohup` does: a child started meanwhile keeps it ignored."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        yield
     finally:
         signal.signal(signal.SIGHUP, previous)
 
