@@ -89,6 +89,18 @@ def resident_pages(path: Path) -> tuple[int, int]:
         return sum(v & 1 for v in vector), pages
 
 
+def in_memory_file_system(directory: Path) -> str | None:
+    """The type of `directory`'s file system if it keeps its files in memory (tmpfs, ramfs: a `/tmp` in memory,
+    where every page of a file is in the page cache however it was written), else None."""
+    path, best, kind = str(directory.resolve()), "", ""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        mount_point = fields[1].replace("\\040", " ")
+        if (path == mount_point or path.startswith(mount_point.rstrip("/") + "/")) and len(mount_point) >= len(best):
+            best, kind = mount_point, fields[2]
+    return kind if kind in ("tmpfs", "ramfs") else None
+
+
 def _is_direct(fd: int) -> bool:
     return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
 
