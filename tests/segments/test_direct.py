@@ -165,7 +165,7 @@ def test_a_segment_closed_without_its_fsync_gets_every_byte_and_one_deleted_with
     kept.close()
     if not in_memory_file_system(tmp_path):  # (on tmpfs every page of a file is in memory)
         resident, pages = resident_pages(kept.paths.log)
-        assert pages > 30 and resident <= 1  # written around the page cache: only the partial last block went so
+        assert pages > 30 and resident <= 1  # around the page cache: only the partial last block went through it
     assert kept.paths.log.read_bytes() == b"".join(b for b, _, _ in batches)
     dropped = LogSegment(tmp_path, 1000, suffix=".cleaned", writable=True, create=True)
     dropped.write_directly()
